@@ -1,0 +1,77 @@
+//! AVX-512F micro-kernels: 12 rows x 2 zmm vectors (f32: 12 x 32, f64: 12 x 16), 24
+//! accumulators in registers. Column edges use masked loads and stores.
+
+use std::arch::x86_64::*;
+
+pub const MR_F32: usize = 12;
+pub const MR_F64: usize = 12;
+
+macro_rules! avx512_kernel {
+    ($entry:ident, $tile:ident, $T:ty, $MR:expr, $LANES:expr, $mask:ty,
+     $zero:ident, $loadu:ident, $maskz_loadu:ident, $mask_storeu:ident, $set1:ident, $fmadd:ident) => {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn $tile<const M: usize>(
+            cols: usize, kc: usize, a: *const $T, b: *const $T, c: *mut $T, ldc: usize, accumulate: bool,
+        ) {
+            let m0: $mask = if cols >= $LANES { !0 } else { ((1u32 << cols) - 1) as $mask };
+            let c1 = cols.saturating_sub($LANES);
+            let m1: $mask = if c1 >= $LANES { !0 } else { ((1u32 << c1) - 1) as $mask };
+            let mut acc0 = [$zero(); M];
+            let mut acc1 = [$zero(); M];
+            if accumulate {
+                for i in 0..M {
+                    acc0[i] = $maskz_loadu(m0, c.add(i * ldc));
+                    acc1[i] = $maskz_loadu(m1, c.add(i * ldc + $LANES));
+                }
+            }
+            let mut ap = a;
+            let mut bp = b;
+            for _ in 0..kc {
+                let b0 = $loadu(bp);
+                let b1 = $loadu(bp.add($LANES));
+                for i in 0..M {
+                    let ai = $set1(*ap.add(i));
+                    acc0[i] = $fmadd(ai, b0, acc0[i]);
+                    acc1[i] = $fmadd(ai, b1, acc1[i]);
+                }
+                ap = ap.add($MR);
+                bp = bp.add(2 * $LANES);
+            }
+            for i in 0..M {
+                $mask_storeu(c.add(i * ldc), m0, acc0[i]);
+                $mask_storeu(c.add(i * ldc + $LANES), m1, acc1[i]);
+            }
+        }
+
+        /// # Safety
+        /// The CPU supports AVX-512F; `a` holds `kc * MR` values, `b` holds `kc * NR`; C has
+        /// `rows` rows of `cols` writable values `ldc` apart.
+        pub unsafe fn $entry(
+            rows: usize, cols: usize, kc: usize, a: *const $T, b: *const $T, c: *mut $T, ldc: usize,
+            accumulate: bool,
+        ) {
+            match rows {
+                12 => $tile::<12>(cols, kc, a, b, c, ldc, accumulate),
+                11 => $tile::<11>(cols, kc, a, b, c, ldc, accumulate),
+                10 => $tile::<10>(cols, kc, a, b, c, ldc, accumulate),
+                9 => $tile::<9>(cols, kc, a, b, c, ldc, accumulate),
+                8 => $tile::<8>(cols, kc, a, b, c, ldc, accumulate),
+                7 => $tile::<7>(cols, kc, a, b, c, ldc, accumulate),
+                6 => $tile::<6>(cols, kc, a, b, c, ldc, accumulate),
+                5 => $tile::<5>(cols, kc, a, b, c, ldc, accumulate),
+                4 => $tile::<4>(cols, kc, a, b, c, ldc, accumulate),
+                3 => $tile::<3>(cols, kc, a, b, c, ldc, accumulate),
+                2 => $tile::<2>(cols, kc, a, b, c, ldc, accumulate),
+                1 => $tile::<1>(cols, kc, a, b, c, ldc, accumulate),
+                _ => {}
+            }
+        }
+    };
+}
+
+avx512_kernel!(kernel_f32, tile_f32, f32, MR_F32, 16, __mmask16,
+    _mm512_setzero_ps, _mm512_loadu_ps, _mm512_maskz_loadu_ps, _mm512_mask_storeu_ps,
+    _mm512_set1_ps, _mm512_fmadd_ps);
+avx512_kernel!(kernel_f64, tile_f64, f64, MR_F64, 8, __mmask8,
+    _mm512_setzero_pd, _mm512_loadu_pd, _mm512_maskz_loadu_pd, _mm512_mask_storeu_pd,
+    _mm512_set1_pd, _mm512_fmadd_pd);

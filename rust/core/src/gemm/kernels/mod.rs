@@ -1,0 +1,55 @@
+//! Micro-kernels: one file per instruction set. Each computes a `rows x cols` tile
+//! (rows <= MR, cols <= NR) of C from a packed A micro-panel (MR values per k) and a packed
+//! B micro-panel (NR values per k):
+//!
+//! `c[i][j] = fma(a[k][i], b[k][j], c[i][j])` for k = 0, 1, ..., kc-1 in ascending order,
+//! starting from 0 (`accumulate == false`) or from the value already in C (later depth
+//! blocks). That is exactly the naive `mul_add` loop, so every kernel gives the same bits.
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+pub mod portable;
+
+use super::dispatch::Kernel;
+use crate::Element;
+
+/// `(rows, cols, kc, a_panel, b_panel, c, ldc, accumulate)`.
+pub type KernelFn<T> = unsafe fn(usize, usize, usize, *const T, *const T, *mut T, usize, bool);
+
+/// A micro-kernel and its tile height.
+#[derive(Clone, Copy)]
+pub struct KernelSpec<T> {
+    pub mr: usize,
+    pub run: KernelFn<T>,
+}
+
+/// Per-type table of the kernels.
+pub trait HasKernels: Element {
+    fn spec(k: Kernel) -> KernelSpec<Self>;
+}
+
+impl HasKernels for f32 {
+    fn spec(k: Kernel) -> KernelSpec<f32> {
+        match k {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => KernelSpec { mr: avx512::MR_F32, run: avx512::kernel_f32 },
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => KernelSpec { mr: avx2::MR_F32, run: avx2::kernel_f32 },
+            _ => KernelSpec { mr: portable::MR, run: portable::kernel::<f32> },
+        }
+    }
+}
+
+impl HasKernels for f64 {
+    fn spec(k: Kernel) -> KernelSpec<f64> {
+        match k {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => KernelSpec { mr: avx512::MR_F64, run: avx512::kernel_f64 },
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => KernelSpec { mr: avx2::MR_F64, run: avx2::kernel_f64 },
+            _ => KernelSpec { mr: portable::MR, run: portable::kernel::<f64> },
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The portable micro-kernel: plain Rust, correct on any CPU (`mul_add` is a fused
+//! multiply-add everywhere, in hardware where the CPU has it).
+
+use crate::Element;
+
+pub const MR: usize = 4;
+
+/// # Safety
+/// `a` holds `kc * MR` values, `b` holds `kc * T::NR`, and C has `rows` rows of `cols`
+/// writable values `ldc` apart.
+pub unsafe fn kernel<T: Element>(
+    rows: usize,
+    cols: usize,
+    kc: usize,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    ldc: usize,
+    accumulate: bool,
+) {
+    let nr = T::NR;
+    let mut acc = [[T::ZERO; 32]; MR];
+    if accumulate {
+        for i in 0..rows {
+            for j in 0..cols {
+                acc[i][j] = *c.add(i * ldc + j);
+            }
+        }
+    }
+    for kk in 0..kc {
+        let bk = b.add(kk * nr);
+        let ak = a.add(kk * MR);
+        for i in 0..rows {
+            let ai = *ak.add(i);
+            for j in 0..cols {
+                acc[i][j] = ai.mul_add(*bk.add(j), acc[i][j]);
+            }
+        }
+    }
+    for i in 0..rows {
+        for j in 0..cols {
+            *c.add(i * ldc + j) = acc[i][j];
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The blocked matrix multiply `C = A B`.
+//!
+//! The loops around the micro-kernel follow the five-loop design: the depth K is cut into
+//! blocks of at most `KC_MAX` (packed B and packed A are both laid out block by block), the
+//! rows of A into blocks of `MC` rows, the columns of B into panels of `NR`; the micro-kernel
+//! then computes an `MR x NR` tile. Parallel work items are (row block, column range) pairs:
+//! disjoint tiles of C, each computed by one thread through all depth blocks in order.
+//!
+//! # Exactness contract
+//! Every element `C[i,j]` is one accumulator that starts at 0 and receives
+//! `fma(A[i,k], B[k,j], acc)` for k = 0, 1, ..., K-1 in ascending order. The first depth block
+//! starts the accumulators at zero; each later block loads them back from C and continues
+//! the same chain. The result is therefore bit-identical to [`gemm_reference`], whatever the
+//! kernel, the block sizes or the number of threads, and rows never influence each other
+//! (a one-row product gives the same bits as that row of a large product).
+
+pub mod dispatch;
+pub mod kernels;
+pub mod pack;
+
+pub use dispatch::{available, current as current_kernel, detect, set_kernel, Kernel};
+pub use pack::PackedB;
+
+use crate::threads;
+use crate::Element;
+use kernels::{HasKernels, KernelSpec};
+use pack::{pack_a, KBlocks};
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// Rows of A handled by one work item (a multiple of every kernel's MR: 12 and 3 and 4).
+pub const MC: usize = 192;
+
+/// A borrowed strided matrix view (strides in elements, may be negative or zero).
+#[derive(Clone, Copy)]
+pub struct MatRef<'a, T> {
+    pub ptr: *const T,
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: isize,
+    pub cs: isize,
+    _life: std::marker::PhantomData<&'a T>,
+}
+
+unsafe impl<T: Sync> Send for MatRef<'_, T> {}
+unsafe impl<T: Sync> Sync for MatRef<'_, T> {}
+
+impl<'a, T: Copy> MatRef<'a, T> {
+    /// A view of a row-major slice.
+    pub fn from_slice(data: &'a [T], rows: usize, cols: usize) -> MatRef<'a, T> {
+        assert!(data.len() >= rows * cols, "slice too short for {rows}x{cols}");
+        MatRef { ptr: data.as_ptr(), rows, cols, rs: cols as isize, cs: 1, _life: Default::default() }
+    }
+
+    /// A view from a raw pointer and strides.
+    ///
+    /// # Safety
+    /// Every element `ptr + i*rs + j*cs` for i < rows, j < cols must be readable for `'a`.
+    pub unsafe fn from_raw(ptr: *const T, rows: usize, cols: usize, rs: isize, cs: isize) -> MatRef<'a, T> {
+        MatRef { ptr, rows, cols, rs, cs, _life: Default::default() }
+    }
+
+    /// Element (i, j).
+    #[inline(always)]
+    pub fn at(&self, i: usize, j: usize) -> T {
+        debug_assert!(i < self.rows && j < self.cols);
+        unsafe { *self.ptr.offset(i as isize * self.rs + j as isize * self.cs) }
+    }
+
+    /// Rows `r0..r0+n` as a view.
+    pub fn rows_range(&self, r0: usize, n: usize) -> MatRef<'a, T> {
+        assert!(r0 + n <= self.rows);
+        let ptr = if n == 0 { self.ptr } else { unsafe { self.ptr.offset(r0 as isize * self.rs) } };
+        MatRef { ptr, rows: n, ..*self }
+    }
+}
+
+/// The reference product: the naive triple loop with `mul_add`, in the contract's order.
+/// `c` is row-major (M x N).
+pub fn gemm_reference<T: Element>(a: MatRef<'_, T>, b: MatRef<'_, T>, c: &mut [T]) {
+    assert_eq!(a.cols, b.rows);
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    assert!(c.len() >= m * n);
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = T::ZERO;
+            for kk in 0..k {
+                acc = a.at(i, kk).mul_add(b.at(kk, j), acc);
+            }
+            c[i * n + j] = acc;
+        }
+    }
+}
+
+thread_local! {
+    static A_BUF_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static A_BUF_F64: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Types the matmul runs on.
+pub trait GemmElement: HasKernels {
+    fn with_a_buffer<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R;
+}
+impl GemmElement for f32 {
+    fn with_a_buffer<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
+        A_BUF_F32.with(|b| match b.try_borrow_mut() {
+            Ok(mut v) => f(&mut v),
+            Err(_) => f(&mut Vec::new()),
+        })
+    }
+}
+impl GemmElement for f64 {
+    fn with_a_buffer<R>(f: impl FnOnce(&mut Vec<f64>) -> R) -> R {
+        A_BUF_F64.with(|b| match b.try_borrow_mut() {
+            Ok(mut v) => f(&mut v),
+            Err(_) => f(&mut Vec::new()),
+        })
+    }
+}
+
+/// `C = A B` with the active kernel. `c` is row-major with row stride `ldc >= N`.
+pub fn gemm<T: GemmElement>(a: MatRef<'_, T>, b: &PackedB<T>, c: &mut [T], ldc: usize) {
+    gemm_with(dispatch::current(), a, b, c, ldc)
+}
+
+/// `C = A B` with a given kernel (it must be supported by the CPU).
+pub fn gemm_with<T: GemmElement>(kernel: Kernel, a: MatRef<'_, T>, b: &PackedB<T>, c: &mut [T], ldc: usize) {
+    let (m, k, n) = (a.rows, a.cols, b.cols());
+    assert_eq!(k, b.rows(), "inner dimensions differ");
+    assert!(ldc >= n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(c.len() >= (m - 1) * ldc + n, "output too short");
+    if k == 0 {
+        for i in 0..m {
+            c[i * ldc..i * ldc + n].fill(T::ZERO);
+        }
+        return;
+    }
+    assert!(kernel.supported(), "kernel not supported on this CPU");
+    let spec = T::spec(kernel);
+    let kb = b.kb;
+    T::with_a_buffer(|apack| {
+        pack_a(a, spec.mr, kb, apack);
+        run_tiles(spec, m, n, kb, apack, b, c, ldc);
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_tiles<T: GemmElement>(
+    spec: KernelSpec<T>,
+    m: usize,
+    n: usize,
+    kb: KBlocks,
+    apack: &[T],
+    b: &PackedB<T>,
+    c: &mut [T],
+    ldc: usize,
+) {
+    let mr = spec.mr;
+    let mpad = m.div_ceil(mr) * mr;
+    let panels = n.div_ceil(T::NR);
+    let mblocks = m.div_ceil(MC);
+    let flops = m as f64 * n as f64 * kb.k as f64;
+    let nthreads = if flops < 262_144.0 { 1 } else { threads::num_threads() };
+    // Enough column chunks that every thread has work (and some slack to balance).
+    let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };
+    let nchunks = want_items.div_ceil(mblocks).clamp(1, panels);
+    let per_chunk = panels.div_ceil(nchunks);
+    let nchunks = panels.div_ceil(per_chunk);
+    let cptr = threads::SendPtr(c.as_mut_ptr());
+    let item = |idx: usize| {
+        let ib = idx / nchunks;
+        let jc = idx % nchunks;
+        let i0 = ib * MC;
+        let i1 = (i0 + MC).min(m);
+        let jp0 = jc * per_chunk;
+        let jp1 = (jp0 + per_chunk).min(panels);
+        for p in 0..kb.count {
+            let (k0, kc) = kb.block(p);
+            let ablock = &apack[mpad * k0..];
+            for jp in jp0..jp1 {
+                let j0 = jp * T::NR;
+                let cols = T::NR.min(n - j0);
+                let bp = b.panel(p, jp);
+                let mut i = i0;
+                while i < i1 {
+                    let rows = mr.min(i1 - i);
+                    // SAFETY: the A panel holds kc*mr values, the B panel kc*NR; the C tile
+                    // (rows x cols at (i, j0)) lies inside C and belongs to this item alone.
+                    unsafe {
+                        (spec.run)(
+                            rows,
+                            cols,
+                            kc,
+                            ablock.as_ptr().add((i / mr) * mr * kc),
+                            bp,
+                            cptr.get().add(i * ldc + j0),
+                            ldc,
+                            p > 0,
+                        );
+                    }
+                    i += rows;
+                }
+            }
+        }
+    };
+    let items = mblocks * nchunks;
+    if nthreads == 1 || items == 1 {
+        (0..items).for_each(item);
+    } else {
+        threads::install(|| (0..items).into_par_iter().for_each(item));
+    }
+}
+
+/// Convenience: `A (m x k) @ B (k x n)` for row-major slices, packing B on the fly.
+pub fn matmul<T: GemmElement>(a: &[T], b: &[T], m: usize, k: usize, n: usize) -> Vec<T> {
+    let pb = PackedB::pack(MatRef::from_slice(b, k, n));
+    let mut c = vec![T::ZERO; m * n];
+    gemm(MatRef::from_slice(a, m, k), &pb, &mut c, n);
+    c
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+//! Packing: copying operands into the micro-panel layouts the kernels stream.
+//!
+//! The depth K is cut into blocks of at most `T::KC_MAX` (equal sizes, so K = 768 becomes two
+//! blocks of 384 rather than 512 + 256). Inside block `p`, a packed operand is a sequence of
+//! micro-panels: for A, panels of `mr` rows stored k-major (`mr` values per k); for B, panels
+//! of `T::NR` columns stored k-major (`NR` values per k). Edges are padded with zeros, so the
+//! kernels never read outside the packed buffers.
+
+use super::MatRef;
+use crate::threads;
+use crate::Element;
+use rayon::prelude::*;
+
+/// How K is cut into depth blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KBlocks {
+    pub k: usize,
+    pub kc: usize,
+    pub count: usize,
+}
+
+impl KBlocks {
+    pub fn new(k: usize, kc_max: usize) -> KBlocks {
+        if k == 0 {
+            return KBlocks { k, kc: 0, count: 0 };
+        }
+        let count = k.div_ceil(kc_max);
+        let kc = k.div_ceil(count);
+        KBlocks { k, kc, count: k.div_ceil(kc) }
+    }
+    /// (start, length) of block p.
+    #[inline(always)]
+    pub fn block(&self, p: usize) -> (usize, usize) {
+        let start = p * self.kc;
+        (start, self.kc.min(self.k - start))
+    }
+}
+
+/// A right-hand side packed once into NR-column panels, reusable for many products.
+pub struct PackedB<T: Element> {
+    pub(crate) data: Vec<T>,
+    k: usize,
+    n: usize,
+    pub(crate) kb: KBlocks,
+}
+
+impl<T: Element> PackedB<T> {
+    /// Pack a (K x N) matrix given with any strides.
+    pub fn pack(b: MatRef<'_, T>) -> PackedB<T> {
+        let (k, n) = (b.rows, b.cols);
+        let kb = KBlocks::new(k, T::KC_MAX);
+        let panels = n.div_ceil(T::NR);
+        let npad = panels * T::NR;
+        let mut data = vec![T::ZERO; npad * k];
+        if k > 0 && n > 0 {
+            let work = k * n;
+            let ptr = threads::SendPtr(data.as_mut_ptr());
+            let pack_panel = move |jp: usize| {
+                let j0 = jp * T::NR;
+                let nc = T::NR.min(n - j0);
+                for p in 0..kb.count {
+                    let (k0, kc) = kb.block(p);
+                    // SAFETY: panel (p, jp) occupies a disjoint range of `data`.
+                    let dst = unsafe { ptr.get().add(npad * k0 + jp * T::NR * kc) };
+                    for kk in 0..kc {
+                        for j in 0..nc {
+                            unsafe { *dst.add(kk * T::NR + j) = b.at(k0 + kk, j0 + j) };
+                        }
+                    }
+                }
+            };
+            if work >= 1 << 16 {
+                threads::install(|| (0..panels).into_par_iter().for_each(pack_panel));
+            } else {
+                (0..panels).for_each(pack_panel);
+            }
+        }
+        PackedB { data, k, n, kb }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.k
+    }
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+    /// Bytes held by the packed copy.
+    pub fn nbytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<T>()
+    }
+    /// Pointer to panel `jp` of depth block `p`.
+    #[inline(always)]
+    pub(crate) fn panel(&self, p: usize, jp: usize) -> *const T {
+        let (k0, kc) = self.kb.block(p);
+        let npad = self.n.div_ceil(T::NR) * T::NR;
+        unsafe { self.data.as_ptr().add(npad * k0 + jp * T::NR * kc) }
+    }
+}
+
+/// Pack all of A (M x K, any strides) into `mr`-row panels, block by block.
+/// Layout: block p starts at `mpad * k0`; panel ip of block p at `ip * mr * kc` inside it.
+pub(crate) fn pack_a<T: Element>(a: MatRef<'_, T>, mr: usize, kb: KBlocks, out: &mut Vec<T>) {
+    let (m, k) = (a.rows, a.cols);
+    let panels = m.div_ceil(mr);
+    let mpad = panels * mr;
+    out.clear();
+    out.resize(mpad * k, T::ZERO);
+    if m == 0 || k == 0 {
+        return;
+    }
+    let ptr = threads::SendPtr(out.as_mut_ptr());
+    let pack_panel = move |ip: usize| {
+        let i0 = ip * mr;
+        let rows = mr.min(m - i0);
+        for p in 0..kb.count {
+            let (k0, kc) = kb.block(p);
+            // SAFETY: panel (p, ip) occupies a disjoint range of `out`.
+            let dst = unsafe { ptr.get().add(mpad * k0 + ip * mr * kc) };
+            if a.cs == 1 {
+                for i in 0..rows {
+                    let src = unsafe { a.ptr.offset((i0 + i) as isize * a.rs + k0 as isize) };
+                    for kk in 0..kc {
+                        unsafe { *dst.add(kk * mr + i) = *src.add(kk) };
+                    }
+                }
+            } else {
+                for kk in 0..kc {
+                    for i in 0..rows {
+                        unsafe { *dst.add(kk * mr + i) = a.at(i0 + i, k0 + kk) };
+                    }
+                }
+            }
+        }
+    };
+    if m * k >= 1 << 17 {
+        threads::install(|| (0..panels).into_par_iter().for_each(pack_panel));
+    } else {
+        (0..panels).for_each(pack_panel);
+    }
+}

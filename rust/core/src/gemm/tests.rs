@@ -1,0 +1,104 @@
+use super::*;
+use rand::{Rng, SeedableRng};
+
+fn random<T: Element>(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<T> {
+    (0..n).map(|_| T::from_f64(rng.gen_range(-1.0..1.0))).collect()
+}
+
+/// Every kernel against the naive loop, bit for bit, with sentinels around the output.
+fn check_all_shapes<T: GemmElement>() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let kc = T::KC_MAX;
+    for kernel in available() {
+        let mr = T::spec(kernel).mr;
+        let nr = T::NR;
+        for &k in &[0usize, 1, kc - 1, kc, kc + 1, 2 * kc + 3] {
+            for m in 0..=2 * mr + 1 {
+                for n in (0..=2 * nr + 1).step_by(if k > kc { 3 } else { 1 }) {
+                    let a = random::<T>(&mut rng, m * k);
+                    let b = random::<T>(&mut rng, k * n);
+                    let mut want = vec![T::ZERO; m * n];
+                    gemm_reference(MatRef::from_slice(&a, m, k), MatRef::from_slice(&b, k, n), &mut want);
+                    // Output embedded in a larger buffer: ldc = n + 3, sentinels everywhere else.
+                    let ldc = n + 3;
+                    let sentinel = T::from_f64(12345.5);
+                    let mut c = vec![sentinel; (m + 2) * ldc];
+                    let off = ldc; // one sentinel row before
+                    let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
+                    gemm_with(kernel, MatRef::from_slice(&a, m, k), &pb, &mut c[off..], ldc);
+                    for (idx, &v) in c.iter().enumerate() {
+                        let inside = idx >= off && {
+                            let r = (idx - off) / ldc;
+                            let col = (idx - off) % ldc;
+                            r < m && col < n
+                        };
+                        if inside {
+                            let (r, col) = ((idx - off) / ldc, (idx - off) % ldc);
+                            assert!(
+                                v.to_f64().to_bits() == want[r * n + col].to_f64().to_bits(),
+                                "{} {:?} m={m} n={n} k={k} at ({r},{col}): {v:?} vs {:?}",
+                                T::NAME, kernel, want[r * n + col]
+                            );
+                        } else {
+                            assert!(v == sentinel, "{} {:?} m={m} n={n} k={k}: wrote outside C at {idx}", T::NAME, kernel);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn kernels_match_reference_f32() {
+    check_all_shapes::<f32>();
+}
+
+#[test]
+fn kernels_match_reference_f64() {
+    check_all_shapes::<f64>();
+}
+
+#[test]
+fn strided_and_transposed_inputs() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let (m, k, n) = (37, 900, 45);
+    let at = random::<f64>(&mut rng, k * m); // A stored transposed (k x m)
+    let b = random::<f64>(&mut rng, k * n);
+    let a = unsafe { MatRef::from_raw(at.as_ptr(), m, k, 1, m as isize) };
+    let mut want = vec![0.0; m * n];
+    gemm_reference(a, MatRef::from_slice(&b, k, n), &mut want);
+    // B read backwards along its rows (negative column stride).
+    let brev: Vec<f64> = (0..k).flat_map(|r| (0..n).rev().map(move |j| (r, j))).map(|(r, j)| b[r * n + j]).collect();
+    let bview = unsafe { MatRef::from_raw(brev.as_ptr().add(n - 1), k, n, n as isize, -1) };
+    let pb = PackedB::pack(bview);
+    let mut c = vec![0.0; m * n];
+    gemm(a, &pb, &mut c, n);
+    assert_eq!(c, want);
+}
+
+#[test]
+fn thread_count_does_not_change_bits() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let (m, k, n) = (200, 700, 300);
+    let a = random::<f32>(&mut rng, m * k);
+    let b = random::<f32>(&mut rng, k * n);
+    threads::set_num_threads(1).unwrap();
+    let one = matmul(&a, &b, m, k, n);
+    threads::set_num_threads(3).unwrap();
+    let three = matmul(&a, &b, m, k, n);
+    threads::set_num_threads(2).unwrap();
+    let row = matmul(&a[17 * k..18 * k], &b, 1, k, n);
+    assert_eq!(one, three);
+    assert_eq!(&one[17 * n..18 * n], &row[..]);
+}
+
+#[test]
+fn k_blocks_are_equal_sized() {
+    let kb = pack::KBlocks::new(768, 512);
+    assert_eq!((kb.kc, kb.count), (384, 2));
+    let kb = pack::KBlocks::new(3072, 384);
+    assert_eq!((kb.kc, kb.count), (384, 8));
+    let kb = pack::KBlocks::new(1, 384);
+    assert_eq!((kb.kc, kb.count), (1, 1));
+}

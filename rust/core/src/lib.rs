@@ -1,0 +1,14 @@
+//! gptcore-core: the numerical heart of gptcore, free of any Python.
+//!
+//! * [`gemm`]: a blocked, packed, SIMD matrix multiply with an exactness contract
+//!   (every output element is one ascending fused-multiply-add chain).
+//! * [`threads`]: the thread pool and its size.
+//! * [`rng`]: the lesson's random stream (Rust `rand` 0.8.5 `StdRng` + `rand_distr` 0.4.3).
+
+pub mod element;
+pub mod error;
+pub mod gemm;
+pub mod threads;
+
+pub use element::Element;
+pub use error::{Error, Result};

@@ -1,0 +1,237 @@
+//! `matmul`, `PackedMatrix`, kernel selection and thread count.
+
+use crate::convert::{detach, to_py_err, view2};
+use gptcore_core::gemm::{self, Kernel, PackedB};
+use gptcore_core::threads;
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+/// A right-hand side packed once for repeated products (immutable, shareable across threads).
+#[pyclass(frozen, module = "gptcore._native")]
+pub struct PackedMatrix {
+    pub inner: Packed,
+}
+
+pub enum Packed {
+    F32(PackedB<f32>),
+    F64(PackedB<f64>),
+}
+
+#[pymethods]
+impl PackedMatrix {
+    #[new]
+    fn new(py: Python<'_>, b: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(b) = b.extract::<PyReadonlyArray2<f32>>() {
+            let v = view2(&b);
+            let p = detach(py, || PackedB::pack(v))?;
+            return Ok(PackedMatrix { inner: Packed::F32(p) });
+        }
+        if let Ok(b) = b.extract::<PyReadonlyArray2<f64>>() {
+            let v = view2(&b);
+            let p = detach(py, || PackedB::pack(v))?;
+            return Ok(PackedMatrix { inner: Packed::F64(p) });
+        }
+        Err(PyTypeError::new_err("PackedMatrix: b must be a 2-D float32 or float64 numpy array"))
+    }
+
+    #[getter]
+    fn shape(&self) -> (usize, usize) {
+        match &self.inner {
+            Packed::F32(p) => (p.rows(), p.cols()),
+            Packed::F64(p) => (p.rows(), p.cols()),
+        }
+    }
+
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        match &self.inner {
+            Packed::F32(_) => "float32",
+            Packed::F64(_) => "float64",
+        }
+    }
+
+    #[getter]
+    fn nbytes(&self) -> usize {
+        match &self.inner {
+            Packed::F32(p) => p.nbytes(),
+            Packed::F64(p) => p.nbytes(),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let (k, n) = self.shape();
+        format!("PackedMatrix(shape=({k}, {n}), dtype={})", self.dtype())
+    }
+}
+
+fn product<'py, T: gemm::GemmElement + numpy::Element + DefaultZero>(
+    py: Python<'py>,
+    a: PyReadonlyArray2<'py, T>,
+    b: &PackedB<T>,
+    forced: Option<Kernel>,
+) -> PyResult<Bound<'py, PyArray2<T>>> {
+    let (m, k) = (a.shape()[0], a.shape()[1]);
+    let n = b.cols();
+    if k != b.rows() {
+        return Err(PyValueError::new_err(format!(
+            "matmul: shapes ({m}, {k}) and ({}, {n}) are not aligned: a has {k} columns, b has {} rows",
+            b.rows(),
+            b.rows()
+        )));
+    }
+    let av = view2(&a);
+    let mut c = vec![T::default_zero(); m * n];
+    detach(py, || match forced {
+        Some(kern) => gemm::gemm_with(kern, av, b, &mut c, n),
+        None => gemm::gemm(av, b, &mut c, n),
+    })?;
+    PyArray1::from_vec(py, c).reshape([m, n])
+}
+
+/// Zero of a numpy element type.
+trait DefaultZero {
+    fn default_zero() -> Self;
+}
+impl DefaultZero for f32 {
+    fn default_zero() -> Self {
+        0.0
+    }
+}
+impl DefaultZero for f64 {
+    fn default_zero() -> Self {
+        0.0
+    }
+}
+
+
+/// `a @ b` for 2-D float arrays of one dtype; `b` may be a PackedMatrix.
+#[pyfunction]
+#[pyo3(signature = (a, b, kernel=None))]
+fn matmul<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, kernel: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
+    let forced = match kernel {
+        None => None,
+        Some(name) => Some(parse_kernel(name)?),
+    };
+    if let Ok(pm) = b.cast::<PackedMatrix>() {
+        let pm = pm.get();
+        return match &pm.inner {
+            Packed::F32(p) => {
+                let a = a.extract::<PyReadonlyArray2<f32>>().map_err(|_| {
+                    PyTypeError::new_err("matmul: a must be a 2-D float32 array to match the float32 PackedMatrix")
+                })?;
+                Ok(product(py, a, p, forced)?.into_any())
+            }
+            Packed::F64(p) => {
+                let a = a.extract::<PyReadonlyArray2<f64>>().map_err(|_| {
+                    PyTypeError::new_err("matmul: a must be a 2-D float64 array to match the float64 PackedMatrix")
+                })?;
+                Ok(product(py, a, p, forced)?.into_any())
+            }
+        };
+    }
+    if let (Ok(a), Ok(b)) = (a.extract::<PyReadonlyArray2<f32>>(), b.extract::<PyReadonlyArray2<f32>>()) {
+        let bv = view2(&b);
+        let pb = detach(py, || PackedB::pack(bv))?;
+        return Ok(product(py, a, &pb, forced)?.into_any());
+    }
+    if let (Ok(a), Ok(b)) = (a.extract::<PyReadonlyArray2<f64>>(), b.extract::<PyReadonlyArray2<f64>>()) {
+        let bv = view2(&b);
+        let pb = detach(py, || PackedB::pack(bv))?;
+        return Ok(product(py, a, &pb, forced)?.into_any());
+    }
+    Err(PyTypeError::new_err("matmul: a and b must be 2-D numpy arrays of one dtype, float32 or float64"))
+}
+
+/// The naive `mul_add` triple loop (the exactness reference), for tests.
+#[pyfunction]
+fn matmul_reference<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    macro_rules! run {
+        ($t:ty) => {
+            if let (Ok(a), Ok(b)) = (a.extract::<PyReadonlyArray2<$t>>(), b.extract::<PyReadonlyArray2<$t>>()) {
+                let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
+                if k != b.shape()[0] {
+                    return Err(PyValueError::new_err(format!(
+                        "matmul_reference: shapes ({m}, {k}) and ({}, {n}) are not aligned",
+                        b.shape()[0]
+                    )));
+                }
+                let (av, bv) = (view2(&a), view2(&b));
+                let mut c = vec![0.0 as $t; m * n];
+                detach(py, || gemm::gemm_reference(av, bv, &mut c))?;
+                return Ok(PyArray1::from_vec(py, c).reshape([m, n])?.into_any());
+            }
+        };
+    }
+    run!(f32);
+    run!(f64);
+    Err(PyTypeError::new_err("matmul_reference: a and b must be 2-D arrays of one dtype, float32 or float64"))
+}
+
+fn parse_kernel(name: &str) -> PyResult<Kernel> {
+    Kernel::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!("kernel must be one of 'avx512', 'avx2', 'portable'; got {name:?}"))
+    })
+}
+
+/// Force a micro-kernel ("avx512", "avx2", "portable"), or None for the best available.
+#[pyfunction]
+#[pyo3(signature = (name=None))]
+fn set_kernel(name: Option<&str>) -> PyResult<&'static str> {
+    let k = match name {
+        None => None,
+        Some(n) => Some(parse_kernel(n)?),
+    };
+    gemm::set_kernel(k).map(|k| k.name()).map_err(to_py_err)
+}
+
+/// The active micro-kernel's name.
+#[pyfunction]
+fn kernel() -> &'static str {
+    gemm::current_kernel().name()
+}
+
+/// Names of the micro-kernels this CPU can run, best first.
+#[pyfunction]
+fn available_kernels() -> Vec<&'static str> {
+    gemm::available().into_iter().map(|k| k.name()).collect()
+}
+
+#[pyfunction]
+fn set_num_threads(n: i64) -> PyResult<()> {
+    if n < 1 {
+        return Err(PyValueError::new_err(format!("set_num_threads: n must be >= 1, got {n}")));
+    }
+    threads::set_num_threads(n as usize).map_err(to_py_err)
+}
+
+#[pyfunction]
+fn get_num_threads() -> usize {
+    threads::num_threads()
+}
+
+/// Block sizes in use, for the docs: {"f32": (MR by kernel, NR, KC_MAX), ...}.
+#[pyfunction]
+fn block_sizes() -> Vec<(&'static str, &'static str, usize, usize, usize, usize)> {
+    use gemm::kernels::HasKernels;
+    use gptcore_core::Element;
+    let mut out = vec![];
+    for k in Kernel::ALL {
+        out.push(("float32", k.name(), f32::spec(k).mr, f32::NR, f32::KC_MAX, gemm::MC));
+        out.push(("float64", k.name(), f64::spec(k).mr, f64::NR, f64::KC_MAX, gemm::MC));
+    }
+    out
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PackedMatrix>()?;
+    m.add_function(wrap_pyfunction!(matmul, m)?)?;
+    m.add_function(wrap_pyfunction!(matmul_reference, m)?)?;
+    m.add_function(wrap_pyfunction!(set_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(available_kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(block_sizes, m)?)?;
+    Ok(())
+}
