@@ -6,11 +6,13 @@
 
 mod convert;
 mod matmul;
+mod model;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     matmul::register(m)?;
+    model::register(m)?;
     Ok(())
 }
