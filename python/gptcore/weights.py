@@ -125,7 +125,7 @@ def expected_shapes(config: GPTConfig) -> Dict[str, Tuple[int, ...]]:
     """The name and shape of every tensor a model with ``config`` needs, in canonical order
     (embeddings, blocks in order, final LayerNorm, head).
 
-    >>> from gptcore import GPTConfig
+    >>> from gptcore.config import GPTConfig
     >>> shapes = expected_shapes(GPTConfig.preset("gpt2"))
     >>> len(shapes), shapes["h.0.attn.c_attn.weight"]
     (148, (768, 2304))
