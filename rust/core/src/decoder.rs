@@ -259,7 +259,7 @@ impl<T: Float> Model<T> {
         }
         let rows = batch * t_new;
         // Embedding: x = wte[id] + pos.
-        let mut x = vec![T::ZERO; rows * d];
+        let mut x = crate::error::try_zeroed::<T>(rows.saturating_mul(d), "residual stream")?;
         for_rows(&mut x, d, |r, row| {
             let pos = p0 + r % t_new;
             let id = ids[r] as usize;
@@ -374,14 +374,14 @@ impl<T: Float> Model<T> {
                 final_x = Some(x);
                 Vec::new()
             }
-            Logits::All => self.head_logits(&x, rows, &mut h),
+            Logits::All => self.head_logits(&x, rows, &mut h)?,
             Logits::Last => {
                 let mut last = Vec::with_capacity(batch * d);
                 for b in 0..batch {
                     let r = b * t_new + t_new - 1;
                     last.extend_from_slice(&x[r * d..(r + 1) * d]);
                 }
-                self.head_logits(&last, batch, &mut h)
+                self.head_logits(&last, batch, &mut h)?
             }
         };
         Ok(RunOutput { logits, hidden, final_x })
@@ -414,7 +414,7 @@ impl<T: Float> Model<T> {
         let mut r0 = 0;
         while r0 < rows {
             let n = chunk.min(rows - r0);
-            let z = self.head_logits(&x[r0 * d..(r0 + n) * d], n, &mut h);
+            let z = self.head_logits(&x[r0 * d..(r0 + n) * d], n, &mut h)?;
             for i in 0..n {
                 let row = &z[i * v..(i + 1) * v];
                 let m = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b.to_f64()));
@@ -427,13 +427,13 @@ impl<T: Float> Model<T> {
     }
 
     /// `LN_f(x) @ Whead` for `rows` rows.
-    fn head_logits(&self, x: &[T], rows: usize, h: &mut Vec<T>) -> Vec<T> {
+    fn head_logits(&self, x: &[T], rows: usize, h: &mut Vec<T>) -> Result<Vec<T>> {
         let d = self.cfg.d_model;
         layernorm(x, h, d, &self.ln_f, T::from_f64(self.cfg.ln_eps));
         let v = self.cfg.vocab_size;
-        let mut out = vec![T::ZERO; rows * v];
+        let mut out = crate::error::try_zeroed::<T>(rows.saturating_mul(v), "logits")?;
         gemm::gemm(MatRef::from_slice(h, rows, d), &self.head, &mut out, v);
-        out
+        Ok(out)
     }
 }
 
