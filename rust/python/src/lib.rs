@@ -5,6 +5,7 @@
 //! and maps core errors and panics to Python exceptions.
 
 mod convert;
+mod lessons;
 mod matmul;
 
 use pyo3::prelude::*;
@@ -12,5 +13,6 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     matmul::register(m)?;
+    lessons::register(m)?;
     Ok(())
 }
