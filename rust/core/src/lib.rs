@@ -10,6 +10,10 @@ pub mod error;
 pub mod gemm;
 pub mod rng;
 pub mod threads;
+pub mod ops;
+pub mod attention;
+pub mod kv_cache;
+pub mod decoder;
 
 pub use element::Element;
 pub use error::{Error, Result};

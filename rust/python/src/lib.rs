@@ -7,12 +7,14 @@
 mod convert;
 mod lessons;
 mod matmul;
+mod model;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     matmul::register(m)?;
+    model::register(m)?;
     lessons::register(m)?;
     Ok(())
 }

@@ -1,0 +1,383 @@
+"""The decoder: :class:`Model`, :func:`forward`, :func:`load`, and :func:`softmax`."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Iterable, Iterator, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _native
+from ._memory import check_alloc
+from .config import GPTConfig
+from .weights import infer_config, load_safetensors, save_safetensors, validate
+
+__all__ = ["Model", "forward", "load", "softmax"]
+
+_DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+def _dtype_name(dtype: Any) -> str:
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        raise TypeError(f"dtype must be 'float32' or 'float64', got {dtype!r}") from None
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {name!r}")
+    return name
+
+
+def _check_ids(ids: Any, config: GPTConfig, what: str = "ids") -> Tuple[np.ndarray, bool]:
+    """Return ids as a C-contiguous int64 (B, T) array and whether the input was 1-D."""
+    if isinstance(ids, np.ndarray):
+        arr = ids
+    else:
+        arr = np.asarray(ids)
+        if arr.dtype == object:
+            raise TypeError(f"{what} must be integer token ids, got an object array")
+        if arr.size == 0 and arr.dtype.kind == "f":
+            arr = arr.astype(np.int64)
+    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} must be an integer array of token ids, got dtype {arr.dtype}")
+    if arr.ndim not in (1, 2):
+        raise ValueError(f"{what} must have shape (T,) or (B, T), got shape {arr.shape}")
+    one_d = arr.ndim == 1
+    arr2 = arr[None, :] if one_d else arr
+    b, t = arr2.shape
+    if b == 0 or t == 0:
+        raise ValueError(f"{what} must hold at least one token per sequence, got shape {arr.shape}")
+    lo, hi = int(arr2.min()), int(arr2.max())
+    if lo < 0 or hi >= config.vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{what}: token id {bad} is out of range [0, {config.vocab_size})")
+    return np.ascontiguousarray(arr2, dtype=np.int64), one_d
+
+
+class Model:
+    """A GPT-style decoder with its weights packed for the Rust kernels.
+
+    ``weights`` is a mapping of numpy arrays named as in :mod:`gptcore.weights` (Hugging Face
+    GPT-2 names; an optional ``"transformer."`` prefix is accepted). Without ``config`` the
+    sizes are inferred from the shapes (``n_heads`` defaults to ``d_model // 64``). Every name,
+    shape and dtype is checked once; the weights are converted to ``dtype`` (float32, the fast
+    path, or float64, the reference path) and every matrix is packed once. The model is
+    immutable and may be shared between threads. ``branch_scale`` multiplies the two residual
+    projections (``attn.c_proj.weight`` and ``mlp.c_proj.weight``), the lesson's
+    ``1/sqrt(2N)`` experiment.
+    """
+
+    def __init__(
+        self,
+        weights: Mapping[str, np.ndarray],
+        config: Optional[GPTConfig] = None,
+        *,
+        dtype: Any = "float32",
+        branch_scale: float = 1.0,
+        n_heads: Optional[int] = None,
+    ) -> None:
+        if not isinstance(weights, Mapping):
+            raise TypeError(f"Model: weights must be a mapping name -> numpy array, got {type(weights).__name__}")
+        if config is None:
+            config = infer_config(weights, n_heads=n_heads)
+        elif not isinstance(config, GPTConfig):
+            raise TypeError(f"Model: config must be a GPTConfig or None, got {type(config).__name__}")
+        if isinstance(branch_scale, bool) or not isinstance(branch_scale, (int, float)) or not math.isfinite(branch_scale):
+            raise ValueError(f"Model: branch_scale must be a finite number, got {branch_scale!r}")
+        name = _dtype_name(dtype)
+        checked = validate(weights, config)
+        np_dtype = _DTYPES[name]
+        native_weights = {}
+        for key, arr in checked.items():
+            if branch_scale != 1.0 and key.endswith("c_proj.weight"):
+                arr = np.asarray(arr, dtype=np_dtype) * np_dtype(branch_scale)
+            native_weights[key] = np.ascontiguousarray(arr, dtype=np_dtype)
+        self._config = config
+        self._dtype = name
+        self._branch_scale = float(branch_scale)
+        self._weights = checked
+        self._native = _native.NativeModel(
+            native_weights,
+            vocab_size=config.vocab_size,
+            n_ctx=config.n_ctx,
+            d_model=config.d_model,
+            n_heads=config.n_heads,
+            n_layers=config.n_layers,
+            d_ff=config.d_ff,
+            sinusoidal=config.pos == "sinusoidal",
+            tied=config.tied,
+            ln_eps=config.ln_eps,
+            attn_bias=config.attn_bias,
+            mlp_bias=config.bias,
+            ln_affine=config.ln_affine,
+            dtype=name,
+        )
+
+    @property
+    def config(self) -> GPTConfig:
+        return self._config
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._dtype)
+
+    @property
+    def branch_scale(self) -> float:
+        return self._branch_scale
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weights the model holds (packed matrices included)."""
+        return self._native.nbytes
+
+    def __repr__(self) -> str:
+        c = self._config
+        return (
+            f"Model(d_model={c.d_model}, n_layers={c.n_layers}, n_heads={c.n_heads}, "
+            f"vocab_size={c.vocab_size}, n_ctx={c.n_ctx}, pos={c.pos!r}, dtype={self._dtype})"
+        )
+
+    def _check_length(self, t: int, what: str = "ids") -> None:
+        if self._config.pos == "learned" and t > self._config.n_ctx:
+            raise ValueError(
+                f"{what}: sequence length {t} exceeds the model's context n_ctx = {self._config.n_ctx} "
+                "(learned positions have no row for it)"
+            )
+
+    def forward(
+        self,
+        ids: Any,
+        *,
+        logits: str = "all",
+        causal: bool = True,
+        return_hidden: bool = False,
+    ) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+        """Logits for token ids of shape ``(T,)`` or ``(B, T)`` (0-based).
+
+        ``logits="all"`` returns ``(T, V)`` or ``(B, T, V)``; ``"last"`` computes the LM head
+        for the last position only and returns ``(V,)`` or ``(B, V)``. ``causal=False`` drops
+        the mask (only to show what the mask is for). With ``return_hidden=True`` the result is
+        ``(logits, hidden)``, ``hidden`` of shape ``(n_layers + 1, [B,] T, d_model)``: the
+        residual stream before the first block and after each block.
+        """
+        if logits not in ("all", "last"):
+            raise ValueError(f"forward: logits must be 'all' or 'last', got {logits!r}")
+        if not isinstance(causal, bool):
+            raise TypeError(f"forward: causal must be a bool, got {causal!r}")
+        arr, one_d = _check_ids(ids, self._config)
+        b, t = arr.shape
+        self._check_length(t)
+        c = self._config
+        rows = b * t if logits == "all" else b
+        need = rows * c.vocab_size + b * t * (4 * c.d_model + c.d_ff)
+        if return_hidden:
+            need += (c.n_layers + 1) * b * t * c.d_model
+        check_alloc(need * self.dtype.itemsize, f"forward on ids of shape {arr.shape}")
+        out, hidden = self._native.forward(arr, logits, causal, bool(return_hidden))
+        v, d = self._config.vocab_size, self._config.d_model
+        if logits == "all":
+            out = out.reshape((t, v) if one_d else (b, t, v))
+        else:
+            out = out.reshape((v,) if one_d else (b, v))
+        if not return_hidden:
+            return out
+        n = self._config.n_layers + 1
+        hidden = hidden.reshape((n, t, d) if one_d else (n, b, t, d))
+        return out, hidden
+
+    __call__ = forward
+
+    # ---------------------------------------------------------------- loss
+    def token_logprobs(self, ids: Any, targets: Any = None, *, chunk: int = 256) -> np.ndarray:
+        """Log-probability (nats) of each target token.
+
+        Without ``targets`` the targets are the ids shifted by one: position ``t`` predicts
+        ``ids[t + 1]``, giving ``(B, T - 1)`` values. With ``targets`` (same shape as ids),
+        position ``t`` predicts ``targets[t]``. The logits are computed ``chunk`` positions at a
+        time, so the full ``(B, T, V)`` tensor never exists.
+        """
+        arr, one_d = _check_ids(ids, self._config)
+        b, t = arr.shape
+        self._check_length(t)
+        if targets is None:
+            if t < 2:
+                raise ValueError("token_logprobs: need at least 2 tokens per sequence when targets are the shifted ids")
+            inputs, tgt = arr[:, :-1], arr[:, 1:]
+        else:
+            tgt, _ = _check_ids(targets, self._config, "targets")
+            if tgt.shape != arr.shape:
+                raise ValueError(f"token_logprobs: targets must have the shape of ids {arr.shape}, got {tgt.shape}")
+            inputs = arr
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+            raise ValueError(f"token_logprobs: chunk must be a positive int, got {chunk!r}")
+        out = self._native.token_logprobs(np.ascontiguousarray(inputs), np.ascontiguousarray(tgt), int(chunk))
+        out = out.reshape(inputs.shape)
+        return out[0] if one_d else out
+
+    def loss(self, ids: Any, targets: Any = None, *, chunk: int = 256) -> float:
+        """Mean cross-entropy in nats over all predicted positions (see :meth:`token_logprobs`)."""
+        return float(-np.mean(self.token_logprobs(ids, targets, chunk=chunk)))
+
+    def perplexity(self, ids: Any, targets: Any = None, *, chunk: int = 256) -> float:
+        """``exp(loss)``."""
+        return math.exp(self.loss(ids, targets, chunk=chunk))
+
+    # ---------------------------------------------------------------- generation
+    def new_cache(self, batch: int = 1) -> "_native.NativeCache":
+        """An empty key/value cache for ``batch`` sequences (for :meth:`step`)."""
+        return self._native.new_cache(int(batch))
+
+    def step(self, cache: "_native.NativeCache", ids: Any) -> np.ndarray:
+        """Append ids ``(B, T_new)`` to the sequences held in ``cache`` and return the logits
+        of the last new position, ``(B, V)``. The result is bit-identical to the last row of a
+        full forward pass over the whole sequence."""
+        arr, _ = _check_ids(ids, self._config)
+        if arr.shape[0] != cache.batch:
+            raise ValueError(f"step: ids has {arr.shape[0]} sequences, the cache holds {cache.batch}")
+        self._check_length(cache.len + arr.shape[1])
+        return self._native.step(cache, arr, "last")
+
+    def stream(
+        self,
+        ids: Any,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_k: Optional[int] = None,
+        top_p: Optional[float] = None,
+        greedy: bool = False,
+        seed: Optional[int] = None,
+        stop_tokens: Optional[Iterable[int]] = None,
+    ) -> Iterator[Union[int, np.ndarray]]:
+        """Yield new tokens one step at a time (an ``int`` for a ``(T,)`` prompt, a ``(B,)``
+        array for a ``(B, T)`` prompt). Arguments as in :meth:`generate`."""
+        for tok, _ in self._generate_iter(ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens):
+            yield tok
+
+    def generate(
+        self,
+        ids: Any,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_k: Optional[int] = None,
+        top_p: Optional[float] = None,
+        greedy: bool = False,
+        seed: Optional[int] = None,
+        stop_tokens: Optional[Iterable[int]] = None,
+        return_logprobs: bool = False,
+    ) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+        """Generate up to ``max_new_tokens`` tokens after the prompt ``ids`` and return them,
+        shape ``(n,)`` or ``(B, n)``.
+
+        The prompt is processed once (prefill); each new token then costs one position
+        through every layer (decode, with a key/value cache). ``greedy=True`` or
+        ``temperature=0`` picks the argmax; otherwise tokens are sampled from
+        ``softmax(logits / temperature)``, restricted to the ``top_k`` most likely tokens
+        and/or the smallest set whose probability reaches ``top_p``, with a generator seeded
+        by ``seed`` (same seed, same tokens). Generation stops early once every sequence has
+        produced one of ``stop_tokens`` (a stopped sequence is padded with its stop token).
+        With learned positions, when the sequence would exceed ``n_ctx`` it is cropped to its
+        last ``n_ctx`` tokens and the cache rebuilt from them, as the lesson does.
+        ``return_logprobs=True`` also returns each chosen token's log-probability under the
+        model (temperature 1, no filtering).
+        """
+        toks, lps = [], []
+        one_d = np.asarray(ids).ndim == 1
+        for tok, lp in self._generate_iter(ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens):
+            toks.append(np.atleast_1d(tok))
+            lps.append(np.atleast_1d(lp))
+        b = 1 if one_d else np.asarray(ids).shape[0]
+        out = np.stack(toks, axis=1) if toks else np.zeros((b, 0), dtype=np.int64)
+        lp_arr = np.stack(lps, axis=1) if lps else np.zeros((b, 0), dtype=np.float64)
+        if one_d:
+            out, lp_arr = out[0], lp_arr[0]
+        return (out, lp_arr) if return_logprobs else out
+
+    def _generate_iter(self, ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens):
+        from .sampling import check_sampling_args, choose
+
+        arr, one_d = _check_ids(ids, self._config)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+            raise TypeError(f"generate: max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
+        if max_new_tokens < 0:
+            raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
+        temperature, top_k, top_p, greedy = check_sampling_args(temperature, top_k, top_p, greedy, self._config.vocab_size)
+        stops = None
+        if stop_tokens is not None:
+            stops = np.array(sorted({int(s) for s in stop_tokens}), dtype=np.int64)
+            if stops.size and (stops.min() < 0 or stops.max() >= self._config.vocab_size):
+                raise ValueError(f"generate: stop_tokens must be ids in [0, {self._config.vocab_size})")
+        rng = np.random.default_rng(seed)
+        n_ctx, learned = self._config.n_ctx, self._config.pos == "learned"
+        b, t = arr.shape
+        seq = arr
+        if learned and t > n_ctx:
+            seq = seq[:, -n_ctx:]
+        cache = self.new_cache(b)
+        if max_new_tokens == 0:
+            return
+        logits = self._native.step(cache, np.ascontiguousarray(seq), "last")
+        done = np.zeros(b, dtype=bool)
+        last = np.zeros(b, dtype=np.int64)
+        for _ in range(int(max_new_tokens)):
+            tok, lp = choose(logits, temperature, top_k, top_p, greedy, rng)
+            tok = np.where(done, last, tok)
+            if stops is not None:
+                done |= np.isin(tok, stops)
+            last = tok
+            yield (int(tok[0]) if one_d else tok.copy()), (float(lp[0]) if one_d else lp)
+            if stops is not None and done.all():
+                return
+            seq = np.concatenate([seq, tok[:, None]], axis=1)
+            if learned and seq.shape[1] > n_ctx:
+                # Crop to the last n_ctx tokens and rebuild the cache from them.
+                seq = seq[:, -n_ctx:]
+                cache = self.new_cache(b)
+                logits = self._native.step(cache, np.ascontiguousarray(seq), "last")
+            else:
+                logits = self._native.step(cache, np.ascontiguousarray(tok[:, None]), "last")
+
+    # ---------------------------------------------------------------- files
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Write the weights the model was built from (before ``branch_scale``) as a Hugging
+        Face style folder (``config.json`` + ``model.safetensors``) or a ``.safetensors`` file."""
+        save_safetensors(self._weights, self._config, path)
+
+
+def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: Optional[GPTConfig] = None, **options: Any):
+    """One-call forward pass: ``Model(weights, config).forward(ids, ...)``.
+
+    ``weights`` may be a :class:`Model` (then ``config`` must be None). Options for the model
+    (``dtype``, ``branch_scale``, ``n_heads``) and for the pass (``logits``, ``causal``,
+    ``return_hidden``) may be mixed.
+    """
+    model_keys = {"dtype", "branch_scale", "n_heads"}
+    model_opts = {k: v for k, v in options.items() if k in model_keys}
+    run_opts = {k: v for k, v in options.items() if k not in model_keys}
+    if isinstance(weights, Model):
+        if config is not None or model_opts:
+            raise ValueError("forward: config, dtype, branch_scale and n_heads apply only when weights is a mapping")
+        model = weights
+    else:
+        model = Model(weights, config, **model_opts)
+    return model.forward(ids, **run_opts)
+
+
+def load(path: Union[str, "os.PathLike[str]"], *, dtype: Any = "float32", n_heads: Optional[int] = None) -> Model:
+    """Load a Hugging Face GPT-2 checkpoint folder (``config.json`` + ``model.safetensors``) or
+    a ``.safetensors`` file into a :class:`Model`. Pickle checkpoints are refused."""
+    weights, config = load_safetensors(path, n_heads=n_heads)
+    return Model(weights, config, dtype=dtype, n_heads=n_heads)
+
+
+def softmax(x: Any, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax along ``axis`` (subtract the max, exponentiate, normalise)."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiu" or a.dtype == np.bool_:
+        raise TypeError(f"softmax: x must be a real numeric array, got dtype {a.dtype}")
+    if a.dtype.kind != "f":
+        a = a.astype(np.float64)
+    m = np.max(a, axis=axis, keepdims=True)
+    e = np.exp(a - m)
+    return e / np.sum(e, axis=axis, keepdims=True)

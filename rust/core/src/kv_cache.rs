@@ -1,0 +1,120 @@
+//! Keys and values kept for attention, packed in the layouts the matmul kernels read, and
+//! grown one position at a time. The same structure serves a whole forward pass (filled for
+//! all positions, then read) and generation (kept between decode steps), so both run the same
+//! arithmetic.
+
+use crate::Element;
+
+/// Keys per attention block; block boundaries are absolute positions (multiples of `KB`), so a
+/// query's result depends only on the positions before it, whatever the sequence length.
+pub const KB: usize = 64;
+
+/// Keys and values of one (sequence, head).
+///
+/// * `kt`: K transposed, in panels of `T::NR` positions; panel p holds `dh` rows of `NR`
+///   values (`kt[p*dh*NR + d*NR + j]` = K[p*NR + j][d]).
+/// * `v`: V in blocks of `KB` positions; block b holds the `dh` columns in panels of `NR`:
+///   `v[b*KB*dhpad + jp*KB*NR + k*NR + c]` = V[b*KB + k][jp*NR + c].
+#[derive(Clone)]
+pub struct HeadKv<T> {
+    pub dh: usize,
+    pub len: usize,
+    pub kt: Vec<T>,
+    pub v: Vec<T>,
+}
+
+impl<T: Element> HeadKv<T> {
+    pub fn new(dh: usize) -> Self {
+        HeadKv { dh, len: 0, kt: Vec::new(), v: Vec::new() }
+    }
+
+    pub fn dh_pad(&self) -> usize {
+        self.dh.div_ceil(T::NR) * T::NR
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.v.len() / (self.dh_pad() * KB).max(1) * KB
+    }
+
+    /// Make room for `n` positions in all (rounded up to whole blocks).
+    pub fn reserve(&mut self, n: usize) {
+        let cap = n.div_ceil(KB) * KB;
+        if cap > self.capacity() {
+            self.kt.resize(cap * self.dh, T::ZERO);
+            self.v.resize(cap * self.dh_pad(), T::ZERO);
+        }
+    }
+
+    /// Forget every position (keeps the memory).
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Append one position's key and value (each `dh` values, `k[d]` read with stride 1).
+    pub fn push(&mut self, k: &[T], v: &[T]) {
+        let t = self.len;
+        self.reserve(t + 1);
+        let (dh, nr) = (self.dh, T::NR);
+        let kbase = (t / nr) * dh * nr + t % nr;
+        for d in 0..dh {
+            self.kt[kbase + d * nr] = k[d];
+        }
+        let vbase = (t / KB) * KB * self.dh_pad() + (t % KB) * nr;
+        for (c, &val) in v.iter().enumerate().take(dh) {
+            self.v[vbase + (c / nr) * KB * nr + c % nr] = val;
+        }
+        self.len = t + 1;
+    }
+
+    /// Pointer to the K^T panel that starts at position `pos` (a multiple of NR).
+    #[inline(always)]
+    pub fn kt_panel(&self, pos: usize) -> *const T {
+        debug_assert!(pos % T::NR == 0);
+        unsafe { self.kt.as_ptr().add((pos / T::NR) * self.dh * T::NR) }
+    }
+
+    /// Pointer to V panel `jp` (columns jp*NR..) of key block `b`.
+    #[inline(always)]
+    pub fn v_panel(&self, b: usize, jp: usize) -> *const T {
+        unsafe { self.v.as_ptr().add(b * KB * self.dh_pad() + jp * KB * T::NR) }
+    }
+
+    pub fn nbytes(&self) -> usize {
+        (self.kt.len() + self.v.len()) * std::mem::size_of::<T>()
+    }
+}
+
+/// Every layer's keys and values for a batch of sequences: `layers[l][b * n_heads + h]`.
+#[derive(Clone)]
+pub struct KvCache<T> {
+    pub batch: usize,
+    pub n_heads: usize,
+    pub layers: Vec<Vec<HeadKv<T>>>,
+}
+
+impl<T: Element> KvCache<T> {
+    pub fn new(n_layers: usize, batch: usize, n_heads: usize, dh: usize) -> Self {
+        KvCache { batch, n_heads, layers: (0..n_layers).map(|_| vec![HeadKv::new(dh); batch * n_heads]).collect() }
+    }
+
+    /// Positions held (the same for every sequence of the batch).
+    pub fn len(&self) -> usize {
+        self.layers.first().and_then(|l| l.first()).map_or(0, |h| h.len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn clear(&mut self) {
+        for l in &mut self.layers {
+            for h in l {
+                h.clear();
+            }
+        }
+    }
+
+    pub fn nbytes(&self) -> usize {
+        self.layers.iter().flatten().map(|h| h.nbytes()).sum()
+    }
+}

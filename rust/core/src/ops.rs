@@ -1,0 +1,429 @@
+//! Row-wise operations of the decoder: LayerNorm, GELU (tanh form), exp, bias and residual
+//! adds, softmax, and the sinusoidal position encoding.
+//!
+//! Every operation works on one row at a time with a fixed order of operations, so a row's
+//! result never depends on the other rows, on the thread count or on the CPU's vector width.
+//! float64 uses the C library's `exp` and `tanh` (the lesson's arithmetic); float32 uses
+//! polynomial `exp`/`tanh` built only from multiplies and adds (never fused), written so that
+//! the compiler vectorises them; AVX-512 and AVX2 copies are selected at run time and give the
+//! same bits as the portable copy.
+
+use crate::Element;
+
+/// Per-type transcendental kernels over slices.
+pub trait Transcendental: Element {
+    /// `x[i] = exp(x[i])`.
+    fn exp_inplace(x: &mut [Self]);
+    /// `x[i] = gelu_tanh(x[i])`.
+    fn gelu_inplace(x: &mut [Self]);
+    /// One online-softmax step on a row of raw scores: scales `row[..valid]` by `scale`,
+    /// takes `m = max(m_old, max row)`, replaces `row[..valid]` by `exp(row - m)` and
+    /// `row[valid..]` by 0, and returns `(m, sum of row)`.
+    fn softmax_step(row: &mut [Self], valid: usize, scale: Self, m_old: Self) -> (Self, Self);
+    /// Sum and sum of squared deviations for LayerNorm: `(sum x, sum (x - mean)^2)` where
+    /// mean = first / n (the order of each sum is fixed by the type's implementation).
+    fn moments(x: &[Self]) -> (Self, Self);
+}
+
+impl Transcendental for f64 {
+    /// float64 keeps the lesson's plain left-to-right sums.
+    fn softmax_step(row: &mut [f64], valid: usize, scale: f64, m_old: f64) -> (f64, f64) {
+        let mut mx = m_old;
+        for v in row[..valid].iter_mut() {
+            *v *= scale;
+            mx = mx.max(*v);
+        }
+        for v in row[..valid].iter_mut() {
+            *v = (*v - mx).exp();
+        }
+        for v in row[valid..].iter_mut() {
+            *v = 0.0;
+        }
+        let mut sum = 0.0;
+        for &v in row[..valid].iter() {
+            sum += v;
+        }
+        (mx, sum)
+    }
+    fn moments(x: &[f64]) -> (f64, f64) {
+        let mut sum = 0.0;
+        for &v in x {
+            sum += v;
+        }
+        let mean = sum / x.len() as f64;
+        let mut sq = 0.0;
+        for &v in x {
+            let d = v - mean;
+            sq += d * d;
+        }
+        (sum, sq)
+    }
+    fn exp_inplace(x: &mut [f64]) {
+        for v in x {
+            *v = v.exp();
+        }
+    }
+    fn gelu_inplace(x: &mut [f64]) {
+        let c = (2.0f64 / std::f64::consts::PI).sqrt();
+        for v in x {
+            let t = *v;
+            *v = 0.5 * t * (1.0 + (c * (t + 0.044715 * t * (t * t))).tanh());
+        }
+    }
+}
+
+/// exp for f32 from multiplies and adds: Cody-Waite reduction by ln 2, a degree-6 polynomial,
+/// and scaling by 2^n through the exponent bits. Within 2 ulp of the correctly rounded value
+/// for x in [-87.3, 88.3]; 0 below (so exp(-inf) = 0), exp(88.3) above, NaN stays NaN.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding and subtracting it rounds to an integer
+    let xc = x.clamp(-87.3, 88.3);
+    let n = (xc * LOG2E + MAGIC) - MAGIC;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5.000_000_1e-1;
+    let e = (p * (r * r) + r) + 1.0;
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let y = e * scale;
+    if x < -87.3 {
+        0.0
+    } else if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// tanh for f32 as 1 - 2 / (exp(2y) + 1) (absolute error below 2e-7).
+#[inline(always)]
+pub fn tanh_f32(y: f32) -> f32 {
+    1.0 - 2.0 / (exp_f32(2.0 * y) + 1.0)
+}
+
+/// GELU, tanh approximation, for f32 (the lesson's expression and order).
+#[inline(always)]
+pub fn gelu_f32(t: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * t * (1.0 + tanh_f32(C * (t + 0.044715 * t * (t * t))))
+}
+
+#[inline(always)]
+fn exp_slice_generic(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = exp_f32(*v);
+    }
+}
+
+#[inline(always)]
+fn gelu_slice_generic(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = gelu_f32(*v);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp_slice_avx512(x: &mut [f32]) {
+    exp_slice_generic(x)
+}
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn exp_slice_avx2(x: &mut [f32]) {
+    exp_slice_generic(x)
+}
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn gelu_slice_avx512(x: &mut [f32]) {
+    gelu_slice_generic(x)
+}
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn gelu_slice_avx2(x: &mut [f32]) {
+    gelu_slice_generic(x)
+}
+
+const LANES: usize = 16;
+
+/// Lane-parallel sum: 16 running sums (element i goes to lane i % 16), combined in a fixed
+/// order at the end. Deterministic for a given slice, and vectorisable.
+#[inline(always)]
+fn lane_sum(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] += c[l];
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        acc[l] += v;
+    }
+    let mut s = 0.0;
+    for a in acc {
+        s += a;
+    }
+    s
+}
+
+#[inline(always)]
+fn softmax_step_generic(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
+    let mut mx = [m_old; LANES];
+    {
+        let head = &mut row[..valid];
+        let mut chunks = head.chunks_exact_mut(LANES);
+        for c in &mut chunks {
+            for l in 0..LANES {
+                let v = c[l] * scale;
+                c[l] = v;
+                mx[l] = if v > mx[l] { v } else { mx[l] };
+            }
+        }
+        for (l, v) in chunks.into_remainder().iter_mut().enumerate() {
+            *v *= scale;
+            mx[l] = if *v > mx[l] { *v } else { mx[l] };
+        }
+    }
+    let mut m = mx[0];
+    for &v in &mx[1..] {
+        m = if v > m { v } else { m };
+    }
+    for v in row[..valid].iter_mut() {
+        *v = exp_f32(*v - m);
+    }
+    for v in row[valid..].iter_mut() {
+        *v = 0.0;
+    }
+    (m, lane_sum(&row[..valid]))
+}
+
+#[inline(always)]
+fn moments_generic(x: &[f32]) -> (f32, f32) {
+    let sum = lane_sum(x);
+    let mean = sum / x.len() as f32;
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            let d = c[l] - mean;
+            acc[l] += d * d;
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        let d = v - mean;
+        acc[l] += d * d;
+    }
+    let mut sq = 0.0;
+    for a in acc {
+        sq += a;
+    }
+    (sum, sq)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn softmax_step_avx512(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
+    softmax_step_generic(row, valid, scale, m_old)
+}
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn softmax_step_avx2(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
+    softmax_step_generic(row, valid, scale, m_old)
+}
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn moments_avx512(x: &[f32]) -> (f32, f32) {
+    moments_generic(x)
+}
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn moments_avx2(x: &[f32]) -> (f32, f32) {
+    moments_generic(x)
+}
+
+/// float32 sums run in 16 lanes (a fixed order, so still deterministic and row-local).
+impl Transcendental for f32 {
+    fn softmax_step(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return unsafe { softmax_step_avx512(row, valid, scale, m_old) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return unsafe { softmax_step_avx2(row, valid, scale, m_old) };
+            }
+        }
+        softmax_step_generic(row, valid, scale, m_old)
+    }
+    fn moments(x: &[f32]) -> (f32, f32) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return unsafe { moments_avx512(x) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return unsafe { moments_avx2(x) };
+            }
+        }
+        moments_generic(x)
+    }
+    fn exp_inplace(x: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return unsafe { exp_slice_avx512(x) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return unsafe { exp_slice_avx2(x) };
+            }
+        }
+        exp_slice_generic(x)
+    }
+    fn gelu_inplace(x: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return unsafe { gelu_slice_avx512(x) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return unsafe { gelu_slice_avx2(x) };
+            }
+        }
+        gelu_slice_generic(x)
+    }
+}
+
+/// LayerNorm of one row: mean = sum/n, population variance = sum((x-mean)^2)/n (plain
+/// left-to-right sums in float64, 16-lane sums in float32), `(x - mean) / sqrt(var + eps)`,
+/// then `* gamma + beta` when given.
+pub fn layernorm_row<T: Transcendental>(x: &[T], out: &mut [T], affine: Option<(&[T], &[T])>, eps: T) {
+    let n = T::from_f64(x.len() as f64);
+    let (sum, sq) = T::moments(x);
+    let mean = sum / n;
+    let var = sq / n;
+    let den = (var + eps).sqrt();
+    match affine {
+        Some((g, b)) => {
+            for i in 0..x.len() {
+                out[i] = (x[i] - mean) / den * g[i] + b[i];
+            }
+        }
+        None => {
+            for i in 0..x.len() {
+                out[i] = (x[i] - mean) / den;
+            }
+        }
+    }
+}
+
+/// Softmax of one row in place: subtract the max, exp, plain sum, divide.
+pub fn softmax_row<T: Transcendental>(x: &mut [T]) {
+    let mut m = T::neg_infinity();
+    for &v in x.iter() {
+        m = m.max(v);
+    }
+    for v in x.iter_mut() {
+        *v = *v - m;
+    }
+    T::exp_inplace(x);
+    let mut s = T::ZERO;
+    for &v in x.iter() {
+        s += v;
+    }
+    for v in x.iter_mut() {
+        *v = *v / s;
+    }
+}
+
+/// The sinusoidal position encoding of (0-based) position `pos` into `out` (width d):
+/// with 1-based t = pos + 1 and 1-based column i, `div = 10000^(2 floor((i-1)/2) / d)`,
+/// odd i: sin(t / div), even i: cos(t / div). Computed in f64.
+pub fn sinusoidal_row<T: Element>(pos: usize, out: &mut [T]) {
+    let d = out.len() as f64;
+    let t = (pos + 1) as f64;
+    for (c, o) in out.iter_mut().enumerate() {
+        let div = 10000f64.powf((2 * (c / 2)) as f64 / d);
+        let v = if c % 2 == 0 { (t / div).sin() } else { (t / div).cos() };
+        *o = T::from_f64(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ulps(a: f32, b: f32) -> u32 {
+        (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+    }
+
+    #[test]
+    fn exp_f32_is_within_two_ulp() {
+        let mut worst = 0;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let want = (x as f64).exp() as f32;
+            worst = worst.max(ulps(exp_f32(x), want));
+            x += 0.0013;
+        }
+        assert!(worst <= 2, "worst {worst} ulp");
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(-1e9), 0.0);
+        assert!(exp_f32(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn vectorised_paths_agree_with_scalar() {
+        let xs: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 0.037).collect();
+        let mut a = xs.clone();
+        f32::exp_inplace(&mut a);
+        let mut g = xs.clone();
+        f32::gelu_inplace(&mut g);
+        for i in 0..xs.len() {
+            assert_eq!(a[i].to_bits(), exp_f32(xs[i]).to_bits());
+            assert_eq!(g[i].to_bits(), gelu_f32(xs[i]).to_bits());
+            let want = {
+                let t = xs[i] as f64;
+                0.5 * t * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (t + 0.044715 * t * t * t)).tanh())
+            };
+            assert!((g[i] as f64 - want).abs() <= 4e-7 * (1.0 + want.abs()), "gelu({}) = {} vs {}", xs[i], g[i], want);
+        }
+    }
+
+    #[test]
+    fn tanh_f32_accuracy() {
+        let mut y = -12.0f32;
+        while y < 12.0 {
+            assert!((tanh_f32(y) as f64 - (y as f64).tanh()).abs() < 2.5e-7, "tanh({y})");
+            y += 0.001;
+        }
+    }
+
+    #[test]
+    fn layernorm_matches_definition() {
+        let x = [1.0f64, 2.0, 4.0, 8.0];
+        let mut out = [0.0; 4];
+        layernorm_row(&x, &mut out, None, 1e-5);
+        let mean = 15.0 / 4.0;
+        let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / 4.0;
+        for i in 0..4 {
+            assert!((out[i] - (x[i] - mean) / (var + 1e-5f64).sqrt()).abs() < 1e-15);
+        }
+    }
+
+    #[test]
+    fn sinusoidal_first_row() {
+        let mut r = [0.0f64; 4];
+        sinusoidal_row(0, &mut r);
+        assert_eq!(r[0], 1f64.sin());
+        assert_eq!(r[1], 1f64.cos());
+        assert_eq!(r[2], (1.0 / 100f64).sin());
+    }
+}

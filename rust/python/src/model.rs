@@ -1,0 +1,287 @@
+//! `NativeModel` and `NativeCache`: the decoder behind `gptcore.Model`.
+//!
+//! The Python layer validates names, shapes, dtypes and ids, and hands over C-contiguous
+//! arrays of the compute dtype; this layer builds the Rust model (packing every weight matrix
+//! once, without the GIL) and runs forward passes and decode steps without the GIL, checking
+//! for Ctrl-C between layers.
+
+use crate::convert::{detach, to_py_err};
+use gptcore_core::decoder::{Config, Float, Logits, Model, Tensor};
+use gptcore_core::kv_cache::KvCache;
+use gptcore_core::Error;
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+enum AnyModel {
+    F32(Model<f32>),
+    F64(Model<f64>),
+}
+
+enum AnyCache {
+    F32(KvCache<f32>),
+    F64(KvCache<f64>),
+}
+
+#[pyclass(frozen, module = "gptcore._native")]
+pub struct NativeModel {
+    inner: AnyModel,
+}
+
+/// Keys and values of a batch of sequences, kept between decode steps.
+#[pyclass(module = "gptcore._native")]
+pub struct NativeCache {
+    inner: Mutex<AnyCache>,
+}
+
+#[pymethods]
+impl NativeCache {
+    /// Positions held.
+    #[getter]
+    fn len(&self) -> usize {
+        match &*self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
+            AnyCache::F32(c) => c.len(),
+            AnyCache::F64(c) => c.len(),
+        }
+    }
+    #[getter]
+    fn batch(&self) -> usize {
+        match &*self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
+            AnyCache::F32(c) => c.batch,
+            AnyCache::F64(c) => c.batch,
+        }
+    }
+    #[getter]
+    fn nbytes(&self) -> usize {
+        match &*self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
+            AnyCache::F32(c) => c.nbytes(),
+            AnyCache::F64(c) => c.nbytes(),
+        }
+    }
+    fn clear(&self) {
+        match &mut *self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
+            AnyCache::F32(c) => c.clear(),
+            AnyCache::F64(c) => c.clear(),
+        }
+    }
+}
+
+fn build<T: Float + numpy::Element>(
+    py: Python<'_>,
+    cfg: Config,
+    weights: &Bound<'_, PyDict>,
+    attn_bias: bool,
+    mlp_bias: bool,
+    ln_affine: bool,
+) -> PyResult<Model<T>> {
+    let mut arrays: Vec<(String, PyReadonlyArrayDyn<'_, T>)> = Vec::new();
+    for (k, v) in weights.iter() {
+        let name: String = k.extract()?;
+        let arr = v.extract::<PyReadonlyArrayDyn<'_, T>>().map_err(|_| {
+            PyTypeError::new_err(format!("weights[{name:?}] must be a numpy array of dtype {}", T::NAME))
+        })?;
+        if !arr.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!("weights[{name:?}] must be C-contiguous")));
+        }
+        arrays.push((name, arr));
+    }
+    let mut map: HashMap<String, Tensor<'_, T>> = HashMap::new();
+    for (name, arr) in &arrays {
+        map.insert(name.clone(), Tensor { shape: arr.shape().to_vec(), data: arr.as_slice()? });
+    }
+    detach(py, || Model::new(cfg, &map, attn_bias, mlp_bias, ln_affine))?.map_err(to_py_err)
+}
+
+/// Stop between layers when Python has a pending signal (Ctrl-C).
+fn run_checked<T: Float, R: Send>(
+    py: Python<'_>,
+    f: impl FnOnce(&(dyn Fn() -> gptcore_core::Result<()> + Sync)) -> gptcore_core::Result<R> + Send,
+) -> PyResult<R> {
+    let pending: Mutex<Option<PyErr>> = Mutex::new(None);
+    let check = || -> gptcore_core::Result<()> {
+        Python::attach(|py| py.check_signals()).map_err(|e| {
+            *pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            Error::Value("interrupted".into())
+        })
+    };
+    let out = detach(py, || f(&check))?;
+    if let Some(e) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(e);
+    }
+    out.map_err(to_py_err)
+}
+
+fn ids_u32(ids: &PyReadonlyArray2<'_, i64>, vocab: usize) -> PyResult<(Vec<u32>, usize, usize)> {
+    let (b, t) = (ids.shape()[0], ids.shape()[1]);
+    let v = ids.as_array();
+    let mut out = Vec::with_capacity(b * t);
+    for &x in v.iter() {
+        if x < 0 || x as u64 >= vocab as u64 {
+            return Err(PyValueError::new_err(format!("ids: token id {x} is out of range [0, {vocab})")));
+        }
+        out.push(x as u32);
+    }
+    Ok((out, b, t))
+}
+
+fn parse_logits(s: &str) -> PyResult<Logits> {
+    match s {
+        "all" => Ok(Logits::All),
+        "last" => Ok(Logits::Last),
+        "none" => Ok(Logits::None),
+        _ => Err(PyValueError::new_err(format!("logits must be 'all', 'last' or 'none', got {s:?}"))),
+    }
+}
+
+type RunResult<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
+
+fn run_model<'py, T: Float + numpy::Element>(
+    py: Python<'py>,
+    m: &Model<T>,
+    ids: &[u32],
+    b: usize,
+    t: usize,
+    cache: Option<&mut KvCache<T>>,
+    mode: Logits,
+    causal: bool,
+    hidden: bool,
+) -> PyResult<RunResult<'py>> {
+    let out = run_checked::<T, _>(py, |check| m.run(ids, b, t, cache, mode, causal, hidden, check))?;
+    let v = m.cfg.vocab_size;
+    let rows = out.logits.len() / v.max(1);
+    let logits = PyArray1::from_vec(py, out.logits).reshape([rows, v])?.into_any();
+    let hid = match out.hidden {
+        Some(h) => Some(PyArray1::from_vec(py, h).reshape([m.cfg.n_layers + 1, b * t, m.cfg.d_model])?.into_any()),
+        None => None,
+    };
+    Ok((logits, hid))
+}
+
+#[pymethods]
+impl NativeModel {
+    #[new]
+    #[pyo3(signature = (weights, *, vocab_size, n_ctx, d_model, n_heads, n_layers, d_ff, sinusoidal, tied, ln_eps, attn_bias, mlp_bias, ln_affine, dtype))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        weights: &Bound<'_, PyDict>,
+        vocab_size: usize,
+        n_ctx: usize,
+        d_model: usize,
+        n_heads: usize,
+        n_layers: usize,
+        d_ff: usize,
+        sinusoidal: bool,
+        tied: bool,
+        ln_eps: f64,
+        attn_bias: bool,
+        mlp_bias: bool,
+        ln_affine: bool,
+        dtype: &str,
+    ) -> PyResult<Self> {
+        let cfg = Config { vocab_size, n_ctx, d_model, n_heads, n_layers, d_ff, sinusoidal, tied, ln_eps };
+        let inner = match dtype {
+            "float32" => AnyModel::F32(build(py, cfg, weights, attn_bias, mlp_bias, ln_affine)?),
+            "float64" => AnyModel::F64(build(py, cfg, weights, attn_bias, mlp_bias, ln_affine)?),
+            _ => return Err(PyValueError::new_err(format!("dtype must be 'float32' or 'float64', got {dtype:?}"))),
+        };
+        Ok(NativeModel { inner })
+    }
+
+    /// Forward pass over ids (B, T) int64: returns (logits (rows, V), hidden or None).
+    #[pyo3(signature = (ids, logits="all", causal=true, hidden=false))]
+    fn forward<'py>(&self, py: Python<'py>, ids: PyReadonlyArray2<'py, i64>, logits: &str, causal: bool, hidden: bool) -> PyResult<RunResult<'py>> {
+        let mode = parse_logits(logits)?;
+        match &self.inner {
+            AnyModel::F32(m) => {
+                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
+                run_model(py, m, &v, b, t, None, mode, causal, hidden)
+            }
+            AnyModel::F64(m) => {
+                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
+                run_model(py, m, &v, b, t, None, mode, causal, hidden)
+            }
+        }
+    }
+
+    /// An empty key/value cache for `batch` sequences.
+    fn new_cache(&self, batch: usize) -> PyResult<NativeCache> {
+        if batch == 0 {
+            return Err(PyValueError::new_err("batch must be >= 1"));
+        }
+        let inner = match &self.inner {
+            AnyModel::F32(m) => AnyCache::F32(m.new_cache(batch)),
+            AnyModel::F64(m) => AnyCache::F64(m.new_cache(batch)),
+        };
+        Ok(NativeCache { inner: Mutex::new(inner) })
+    }
+
+    /// Process new positions ids (B, T_new) after those in `cache`; returns logits.
+    #[pyo3(signature = (cache, ids, logits="last"))]
+    fn step<'py>(&self, py: Python<'py>, cache: &Bound<'py, NativeCache>, ids: PyReadonlyArray2<'py, i64>, logits: &str) -> PyResult<Bound<'py, PyAny>> {
+        let mode = parse_logits(logits)?;
+        let cache = cache.borrow();
+        let mut guard = cache
+            .inner
+            .try_lock()
+            .map_err(|_| PyValueError::new_err("cache is in use by another thread"))?;
+        let out = match (&self.inner, &mut *guard) {
+            (AnyModel::F32(m), AnyCache::F32(c)) => {
+                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
+                run_model(py, m, &v, b, t, Some(c), mode, true, false)?
+            }
+            (AnyModel::F64(m), AnyCache::F64(c)) => {
+                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
+                run_model(py, m, &v, b, t, Some(c), mode, true, false)?
+            }
+            _ => return Err(PyTypeError::new_err("cache was made by a model of another dtype")),
+        };
+        Ok(out.0)
+    }
+
+    /// Log-probabilities of targets (B, T) given ids (B, T), float64, logits in chunks.
+    fn token_logprobs<'py>(&self, py: Python<'py>, ids: PyReadonlyArray2<'py, i64>, targets: PyReadonlyArray2<'py, i64>, chunk: usize) -> PyResult<Bound<'py, PyAny>> {
+        if ids.shape() != targets.shape() {
+            return Err(PyValueError::new_err("targets must have the shape of ids"));
+        }
+        let out = match &self.inner {
+            AnyModel::F32(m) => {
+                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
+                let (tg, _, _) = ids_u32(&targets, m.cfg.vocab_size)?;
+                run_checked::<f32, _>(py, |check| m.token_logprobs(&v, b, t, &tg, chunk, check))?
+            }
+            AnyModel::F64(m) => {
+                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
+                let (tg, _, _) = ids_u32(&targets, m.cfg.vocab_size)?;
+                run_checked::<f64, _>(py, |check| m.token_logprobs(&v, b, t, &tg, chunk, check))?
+            }
+        };
+        Ok(PyArray1::from_vec(py, out).into_any())
+    }
+
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        match &self.inner {
+            AnyModel::F32(_) => "float32",
+            AnyModel::F64(_) => "float64",
+        }
+    }
+
+    /// Bytes of weights held (packed matrices included).
+    #[getter]
+    fn nbytes(&self) -> usize {
+        match &self.inner {
+            AnyModel::F32(m) => m.nbytes(),
+            AnyModel::F64(m) => m.nbytes(),
+        }
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativeModel>()?;
+    m.add_class::<NativeCache>()?;
+    Ok(())
+}
