@@ -1,7 +1,7 @@
 """Latency of a full GPT-2 small forward (logits for every position), float32, random weights:
 gptcore.Model(weights).forward(ids) against transformers' GPT2LMHeadModel (eval,
 torch.inference_mode, the same weights, the same thread count) and a plain numpy forward
-(benches/numpy_gpt2.py), and against the machine's floor.
+(gptcore.numpy_forward), and against the machine's floor.
 
 floor = max(FLOPs / peak, weight bytes / read bandwidth), with
   FLOPs = 2 * P_mm * B * T + 2 * 2 * n_layers * B * d * T (T + 1) / 2
@@ -50,7 +50,7 @@ from _common import (
     set_threads,
 )
 from _models import forward_flops, forward_floor, gpt2_config, hf_model, random_weights, weight_bytes_read
-import numpy_gpt2
+from gptcore import numpy_forward as numpy_gpt2
 
 CONFIGS = [(1, 8), (1, 64), (1, 256), (1, 1024), (8, 128)]
 QUICK_CONFIGS = [(1, 8), (1, 256), (8, 128)]

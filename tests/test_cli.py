@@ -94,11 +94,13 @@ def test_info_bad_arguments(capsys):
 
 
 def test_demo_prints_lesson_numbers(capsys):
-    rc, out = run_main(capsys, "demo")
+    rc, out = run_main(capsys, "demo", "--T", "4", "--repeat", "1")
     assert rc == 0
     assert "0.8519901832549279" in out
     assert "16.167976 39.454181 51.481187 62.771013 70.109992" in out
     assert "argmax next token (1-based): 17" in out
+    assert "at positions 1..7 = 0.0," in out
+    assert "speed-up" in out and "T =     4" in out
 
 
 def test_bench_runs_small(capsys):

@@ -115,29 +115,63 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """Lesson 14's toy model, run through the textbook float64 path: the lesson's printout."""
+    """Lesson 14's toy model with the lesson's own weights on gptcore (float64), then a
+    GPT-2-small-size forward (random weights, float32) timed against a plain numpy forward."""
     import numpy as np
 
-    from .lessons import (
-        LESSON14_IDS_1BASED,
-        frobenius_norm,
-        lesson14_weights,
-        textbook_forward,
-        textbook_softmax,
-        to_zero_based,
-    )
+    from .accounting import param_count
+    from .lessons import LESSON14_IDS_1BASED, frobenius_norm, lesson14_config, lesson14_weights, to_zero_based
+    from .linalg import get_num_threads, kernel
+    from .model import Model, softmax
+    from .numpy_forward import forward as numpy_forward
+    from .weights import init_weights
 
-    weights = lesson14_weights()
+    cfg = lesson14_config()
+    model = Model(lesson14_weights(), cfg, dtype="float64")
     ids = to_zero_based(LESSON14_IDS_1BASED)
-    r = textbook_forward(ids, weights)
-    probs = textbook_softmax(r.logits[-1])
-    print("Lesson 14: V = 50, T = 8, d_model = 64, 4 heads, d_ff = 256, 4 blocks (seed 14)")
-    print("ids (1-based):", LESSON14_IDS_1BASED)
-    print("H^(0) first row (first 6 values):", " ".join(repr(float(v)) for v in r.hidden[0][0, :6]))
-    print("|H^(N)|:", repr(frobenius_norm(r.hidden[-1])))
-    print("|H^(l)| for l = 0..N:", " ".join(f"{v:.6f}" for v in r.norms))
-    print("logits shape:", tuple(r.logits.shape))
-    print("argmax next token (1-based):", int(np.argmax(probs)) + 1, "  probability", repr(float(probs.max())))
+    logits, hidden = model.forward(ids, return_hidden=True)
+    probs = softmax(logits[-1])
+    print("Lesson 14's toy GPT on gptcore (float64, the lesson's weights from seed(14))")
+    print(f"  config: V = {cfg.vocab_size}, T = {len(ids)}, d_model = {cfg.d_model}, {cfg.n_heads} heads, "
+          f"d_ff = {cfg.d_ff}, {cfg.n_layers} blocks, sinusoidal positions, untied head")
+    print(f"  ids (1-based): {LESSON14_IDS_1BASED}")
+    print(f"  ids -> H^(0) {hidden[0].shape} -> {cfg.n_layers} blocks -> logits {logits.shape}")
+    print("  H^(0) row 1, first 6:", " ".join(repr(float(v)) for v in hidden[0][0, :6]))
+    print(f"  |H^(N)| = {frobenius_norm(hidden[-1])!r}")
+    print("  |H^(l)|, l = 0..N:", " ".join(f"{frobenius_norm(h):.6f}" for h in hidden))
+    print(f"  argmax next token (1-based): {int(np.argmax(probs)) + 1}, "
+          f"probability {float(probs.max()):.6f}, sum of probabilities {float(probs.sum())!r}")
+    changed = ids.copy()
+    changed[-1] = 41  # the lesson's causality test: the last id becomes 42 (1-based)
+    other = model.forward(changed)
+    before = float(np.abs(other[:-1] - logits[:-1]).max())
+    last = float(np.abs(other[-1] - logits[-1]).max())
+    print(f"  causality: change the last token -> max |dlogits| at positions 1..7 = {before!r}, "
+          f"at position 8 = {last:.6f}")
+
+    gpt2 = GPTConfig.preset("gpt2")
+    print()
+    print(f"GPT-2 small size ({param_count(gpt2).total:,} parameters, random weights, float32), "
+          f"{get_num_threads()} threads, kernel {kernel()}")
+    weights = init_weights(gpt2, seed=0, scheme="gpt2", dtype="float32")
+    t0 = time.perf_counter()
+    big = Model(weights, gpt2)
+    print(f"  weights checked and packed in {time.perf_counter() - t0:.2f} s")
+    rng = np.random.default_rng(0)
+    for t in args.T:
+        x = rng.integers(0, gpt2.vocab_size, size=(1, t))
+        times = {"gptcore": [], "numpy": []}
+        for _ in range(args.repeat):  # alternate the two, keep the median
+            t0 = time.perf_counter()
+            ours = big.forward(x)
+            times["gptcore"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            ref = numpy_forward(weights, x, gpt2)
+            times["numpy"].append(time.perf_counter() - t0)
+        g, n = (float(np.median(v)) for v in times.values())
+        err = float(np.abs(ours - ref).max() / np.abs(ref).max())
+        print(f"  T = {t:5d}: gptcore {1e3 * g:8.1f} ms   numpy {1e3 * n:8.1f} ms   "
+              f"speed-up {n / g:5.2f} x   max relative difference {err:.1e}")
     return 0
 
 
@@ -199,7 +233,9 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--no-blocks", action="store_true", help="leave the blocks out (placeholder skeleton, LM4-T1)")
     info.set_defaults(func=_info)
 
-    demo = sub.add_parser("demo", help="run Lesson 14's toy model and print the lesson's numbers")
+    demo = sub.add_parser("demo", help="Lesson 14's toy model on gptcore, then a GPT-2-size forward against numpy")
+    demo.add_argument("--T", type=_positive, nargs="+", default=[64, 256], help="sequence lengths to time (default 64 256)")
+    demo.add_argument("--repeat", type=_positive, default=3, help="timed runs of each (median; default 3)")
     demo.set_defaults(func=_demo)
 
     bench = sub.add_parser("bench", help="time a GPT-2-sized matmul against numpy")

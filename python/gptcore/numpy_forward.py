@@ -57,7 +57,7 @@ def forward(weights: Dict[str, np.ndarray], ids: np.ndarray, config) -> np.ndarr
         ids = ids[None, :]
     B, T = ids.shape
     if config.pos != "learned":
-        raise NotImplementedError("numpy_gpt2.forward: learned positions only")
+        raise NotImplementedError("numpy_forward.forward: learned positions only")
     d, H = config.d_model, config.n_heads
     dh = d // H
     eps = config.ln_eps
