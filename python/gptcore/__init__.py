@@ -5,6 +5,7 @@ A Rust core (blocked SIMD matmuls, causal attention, the full decoder) behind a 
 
 from __future__ import annotations
 
+from .config import PRESETS, GPTConfig
 from .linalg import (
     PackedMatrix,
     available_kernels,
@@ -15,10 +16,24 @@ from .linalg import (
     set_kernel,
     set_num_threads,
 )
+from .model import Model, forward, load, softmax
+from .weights import expected_shapes, infer_config, init_weights, load_safetensors, save_safetensors, validate
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "GPTConfig",
+    "Model",
+    "PRESETS",
+    "expected_shapes",
+    "forward",
+    "infer_config",
+    "init_weights",
+    "load",
+    "load_safetensors",
+    "save_safetensors",
+    "softmax",
+    "validate",
     "PackedMatrix",
     "available_kernels",
     "get_num_threads",

@@ -7,6 +7,7 @@ from typing import Optional, Union
 import numpy as np
 
 from . import _native
+from ._memory import check_alloc
 from ._native import PackedMatrix
 
 __all__ = [
@@ -59,6 +60,7 @@ def matmul(a: np.ndarray, b: Union[np.ndarray, PackedMatrix], *, kernel: Optiona
             raise TypeError(f"matmul: a and b must have the same dtype, got {a.dtype} and {b.dtype}")
         if a.shape[1] != b.shape[0]:
             raise ValueError(f"matmul: shapes {a.shape} and {b.shape} are not aligned (a.shape[1] != b.shape[0])")
+    check_alloc(a.shape[0] * (b.shape[1]) * a.dtype.itemsize, "matmul: the result")
     return _native.matmul(a, b, kernel)
 
 

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from . import _native
+from ._memory import check_alloc
 from .config import GPTConfig
 from .weights import infer_config, load_safetensors, save_safetensors, validate
 
@@ -166,6 +167,12 @@ class Model:
         arr, one_d = _check_ids(ids, self._config)
         b, t = arr.shape
         self._check_length(t)
+        c = self._config
+        rows = b * t if logits == "all" else b
+        need = rows * c.vocab_size + b * t * (4 * c.d_model + c.d_ff)
+        if return_hidden:
+            need += (c.n_layers + 1) * b * t * c.d_model
+        check_alloc(need * self.dtype.itemsize, f"forward on ids of shape {arr.shape}")
         out, hidden = self._native.forward(arr, logits, causal, bool(return_hidden))
         v, d = self._config.vocab_size, self._config.d_model
         if logits == "all":

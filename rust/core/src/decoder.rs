@@ -22,6 +22,41 @@ use crate::{Error, Result};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
+/// Phase timings printed to stderr when `GPTCORE_PROFILE=1` (for tuning; off by default).
+struct Phases {
+    on: bool,
+    t: std::time::Instant,
+    acc: Vec<(&'static str, f64)>,
+}
+
+impl Phases {
+    fn new() -> Self {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let on = *ON.get_or_init(|| std::env::var("GPTCORE_PROFILE").map(|v| v == "1").unwrap_or(false));
+        Phases { on, t: std::time::Instant::now(), acc: Vec::new() }
+    }
+    fn mark(&mut self, name: &'static str) {
+        if self.on {
+            let dt = self.t.elapsed().as_secs_f64();
+            match self.acc.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => *v += dt,
+                None => self.acc.push((name, dt)),
+            }
+            self.t = std::time::Instant::now();
+        }
+    }
+}
+
+impl Drop for Phases {
+    fn drop(&mut self) {
+        if self.on {
+            let total: f64 = self.acc.iter().map(|(_, v)| v).sum();
+            let parts: Vec<String> = self.acc.iter().map(|(n, v)| format!("{n} {:.1}ms", v * 1e3)).collect();
+            eprintln!("gptcore profile: total {:.1}ms: {}", total * 1e3, parts.join(", "));
+        }
+    }
+}
+
 /// Floating-point types the decoder runs in.
 pub trait Float: GemmElement + HasKernels + Transcendental {}
 impl Float for f32 {}
@@ -259,7 +294,7 @@ impl<T: Float> Model<T> {
         }
         let rows = batch * t_new;
         // Embedding: x = wte[id] + pos.
-        let mut x = vec![T::ZERO; rows * d];
+        let mut x = crate::error::try_zeroed::<T>(rows.saturating_mul(d), "residual stream")?;
         for_rows(&mut x, d, |r, row| {
             let pos = p0 + r % t_new;
             let id = ids[r] as usize;
@@ -285,6 +320,8 @@ impl<T: Float> Model<T> {
         }
         let eps = T::from_f64(cfg.ln_eps);
         let spec = T::spec(gemm::current_kernel());
+        let mut ph = Phases::new();
+        ph.mark("embed");
         let (mut h, mut qkv, mut att, mut y, mut u) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (li, blk) in self.blocks.iter().enumerate() {
             check()?;
@@ -295,7 +332,9 @@ impl<T: Float> Model<T> {
             };
             // Attention sub-block.
             layernorm(&x, &mut h, d, &blk.ln1, eps);
+            ph.mark("layernorm");
             blk.qkv.apply(&h, rows, &mut qkv);
+            ph.mark("qkv");
             // Append this layer's keys and values for the new positions.
             let qkv_ref = &qkv;
             let fill = |(idx, hk): (usize, &mut HeadKv<T>)| {
@@ -311,6 +350,7 @@ impl<T: Float> Model<T> {
             } else {
                 heads.iter_mut().enumerate().for_each(fill);
             }
+            ph.mark("kv append");
             att.clear();
             att.resize(rows * d, T::ZERO);
             // Work items: (sequence, head, query block aligned to KB).
@@ -354,14 +394,20 @@ impl<T: Float> Model<T> {
                 let mut s = Scratch::default();
                 items.iter().for_each(|it| work(it, &mut s));
             }
+            ph.mark("attention");
             blk.proj.apply(&att, rows, &mut y);
             add_into(&mut x, &y, d);
+            ph.mark("attn proj");
             // MLP sub-block.
             layernorm(&x, &mut h, d, &blk.ln2, eps);
+            ph.mark("layernorm");
             blk.fc.apply(&h, rows, &mut u);
+            ph.mark("mlp fc");
             for_rows(&mut u, cfg.d_ff, |_, row| T::gelu_inplace(row));
+            ph.mark("gelu");
             blk.fc_proj.apply(&u, rows, &mut y);
             add_into(&mut x, &y, d);
+            ph.mark("mlp proj");
             if let Some(hd) = hidden.as_mut() {
                 hd.extend_from_slice(&x);
             }
@@ -374,16 +420,17 @@ impl<T: Float> Model<T> {
                 final_x = Some(x);
                 Vec::new()
             }
-            Logits::All => self.head_logits(&x, rows, &mut h),
+            Logits::All => self.head_logits(&x, rows, &mut h)?,
             Logits::Last => {
                 let mut last = Vec::with_capacity(batch * d);
                 for b in 0..batch {
                     let r = b * t_new + t_new - 1;
                     last.extend_from_slice(&x[r * d..(r + 1) * d]);
                 }
-                self.head_logits(&last, batch, &mut h)
+                self.head_logits(&last, batch, &mut h)?
             }
         };
+        ph.mark("head");
         Ok(RunOutput { logits, hidden, final_x })
     }
 
@@ -414,7 +461,7 @@ impl<T: Float> Model<T> {
         let mut r0 = 0;
         while r0 < rows {
             let n = chunk.min(rows - r0);
-            let z = self.head_logits(&x[r0 * d..(r0 + n) * d], n, &mut h);
+            let z = self.head_logits(&x[r0 * d..(r0 + n) * d], n, &mut h)?;
             for i in 0..n {
                 let row = &z[i * v..(i + 1) * v];
                 let m = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b.to_f64()));
@@ -427,13 +474,13 @@ impl<T: Float> Model<T> {
     }
 
     /// `LN_f(x) @ Whead` for `rows` rows.
-    fn head_logits(&self, x: &[T], rows: usize, h: &mut Vec<T>) -> Vec<T> {
+    fn head_logits(&self, x: &[T], rows: usize, h: &mut Vec<T>) -> Result<Vec<T>> {
         let d = self.cfg.d_model;
         layernorm(x, h, d, &self.ln_f, T::from_f64(self.cfg.ln_eps));
         let v = self.cfg.vocab_size;
-        let mut out = vec![T::ZERO; rows * v];
+        let mut out = crate::error::try_zeroed::<T>(rows.saturating_mul(v), "logits")?;
         gemm::gemm(MatRef::from_slice(h, rows, d), &self.head, &mut out, v);
-        out
+        Ok(out)
     }
 }
 

@@ -65,7 +65,7 @@ impl PackedMatrix {
     }
 }
 
-fn product<'py, T: gemm::GemmElement + numpy::Element + DefaultZero>(
+fn product<'py, T: gemm::GemmElement + numpy::Element>(
     py: Python<'py>,
     a: PyReadonlyArray2<'py, T>,
     b: &PackedB<T>,
@@ -81,7 +81,8 @@ fn product<'py, T: gemm::GemmElement + numpy::Element + DefaultZero>(
         )));
     }
     let av = view2(&a);
-    let mut c = vec![T::default_zero(); m * n];
+    let len = m.checked_mul(n).ok_or_else(|| pyo3::exceptions::PyMemoryError::new_err("matmul: output size overflows"))?;
+    let mut c = gptcore_core::error::try_zeroed::<T>(len, "matmul output").map_err(to_py_err)?;
     detach(py, || match forced {
         Some(kern) => gemm::gemm_with(kern, av, b, &mut c, n),
         None => gemm::gemm(av, b, &mut c, n),
@@ -89,21 +90,11 @@ fn product<'py, T: gemm::GemmElement + numpy::Element + DefaultZero>(
     PyArray1::from_vec(py, c).reshape([m, n])
 }
 
-/// Zero of a numpy element type.
-trait DefaultZero {
-    fn default_zero() -> Self;
+/// Raise a Rust panic inside the native code (tests check that it becomes a Python error).
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
+    detach(py, || -> () { panic!("deliberate panic for tests") })
 }
-impl DefaultZero for f32 {
-    fn default_zero() -> Self {
-        0.0
-    }
-}
-impl DefaultZero for f64 {
-    fn default_zero() -> Self {
-        0.0
-    }
-}
-
 
 /// `a @ b` for 2-D float arrays of one dtype; `b` may be a PackedMatrix.
 #[pyfunction]
@@ -233,5 +224,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(block_sizes, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     Ok(())
 }

@@ -1,0 +1,148 @@
+"""gptcore.matmul against numpy (float64 error bound) and against the naive FMA loop (bits)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gptcore
+
+KERNELS = gptcore.available_kernels()
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    yield
+    gptcore.set_kernel(None)
+    gptcore.set_num_threads(2)
+
+
+def _bound(a, b, eps):
+    k = a.shape[1]
+    return 2 * (k + 1) * eps * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))) + 1e-300
+
+
+def _views(draw, rows, cols, dtype):
+    """A (rows, cols) array given as a plain, transposed, strided or reversed view."""
+    kind = draw(st.sampled_from(["c", "f", "t", "step", "rev"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    if kind == "c":
+        return rng.standard_normal((rows, cols)).astype(dtype)
+    if kind == "f":
+        return np.asfortranarray(rng.standard_normal((rows, cols)).astype(dtype))
+    if kind == "t":
+        return rng.standard_normal((cols, rows)).astype(dtype).T
+    if kind == "step":
+        return rng.standard_normal((2 * rows, 3 * cols)).astype(dtype)[::2, ::3]
+    return rng.standard_normal((rows, cols)).astype(dtype)[::-1, ::-1]
+
+
+@st.composite
+def problems(draw):
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    m, k, n = draw(st.integers(0, 40)), draw(st.integers(0, 300)), draw(st.integers(0, 70))
+    return _views(draw, m, k, dtype), _views(draw, k, n, dtype)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems(), st.sampled_from(KERNELS), st.sampled_from([1, 2]))
+def test_matches_reference_bits_and_numpy_bound(ab, kern, threads):
+    a, b = ab
+    a0, b0 = a.copy(), b.copy()
+    gptcore.set_num_threads(threads)
+    c = gptcore.matmul(a, b, kernel=kern)
+    assert c.dtype == a.dtype and c.shape == (a.shape[0], b.shape[1]) and c.flags.c_contiguous
+    ref = gptcore.matmul_reference(a, b)
+    assert np.array_equal(c.view(np.uint8), ref.view(np.uint8))  # bit for bit
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    eps = np.finfo(a.dtype).eps
+    assert np.all(np.abs(c - exact) <= _bound(a, b, eps))
+    np.testing.assert_array_equal(a, a0)  # inputs untouched
+    np.testing.assert_array_equal(b, b0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_kernel_and_thread_count_same_bits_large(dtype):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((301, 1100)).astype(dtype)
+    b = rng.standard_normal((1100, 333)).astype(dtype)
+    results = []
+    for kern in KERNELS:
+        for th in (1, 2, 3):
+            gptcore.set_num_threads(th)
+            results.append(gptcore.matmul(a, b, kernel=kern))
+    for r in results[1:]:
+        assert np.array_equal(r, results[0])
+    # A row alone gives the same bits as inside the big product.
+    row = gptcore.matmul(a[123:124], b)
+    assert np.array_equal(row[0], results[0][123])
+    np.testing.assert_allclose(results[0], a.astype(np.float64) @ b.astype(np.float64), rtol=0, atol=_bound(a, b, np.finfo(dtype).eps).max())
+
+
+def test_packed_matrix_reuse_matches_plain():
+    rng = np.random.default_rng(1)
+    b = rng.standard_normal((768, 130)).astype(np.float32)
+    pb = gptcore.PackedMatrix(b)
+    assert pb.shape == (768, 130) and pb.dtype == "float32"
+    for m in (1, 7, 64):
+        a = rng.standard_normal((m, 768)).astype(np.float32)
+        assert np.array_equal(gptcore.matmul(a, pb), gptcore.matmul(a, b))
+    # The packed copy does not follow later changes of b (it is a copy, made once).
+    b2 = b.copy()
+    b[:] = 0
+    a = rng.standard_normal((3, 768)).astype(np.float32)
+    assert np.array_equal(gptcore.matmul(a, pb), gptcore.matmul(a, b2))
+
+
+def test_zero_sizes():
+    for dt in (np.float32, np.float64):
+        assert gptcore.matmul(np.zeros((3, 0), dt), np.zeros((0, 4), dt)).tolist() == [[0.0] * 4] * 3
+        assert gptcore.matmul(np.zeros((0, 5), dt), np.ones((5, 4), dt)).shape == (0, 4)
+        assert gptcore.matmul(np.ones((2, 5), dt), np.ones((5, 0), dt)).shape == (2, 0)
+
+
+@pytest.mark.parametrize(
+    "a,b,exc,words",
+    [
+        (np.ones((2, 3), np.float32), np.ones((3, 2), np.float64), TypeError, "same dtype"),
+        (np.ones((2, 3), np.int64), np.ones((3, 2), np.int64), TypeError, "float32 or float64"),
+        (np.ones((2, 3), np.float16), np.ones((3, 2), np.float16), TypeError, "float32 or float64"),
+        (np.ones((2, 3), np.complex128), np.ones((3, 2), np.complex128), TypeError, "float32 or float64"),
+        (np.ones((2, 3)), np.ones((4, 2)), ValueError, "(2, 3) and (4, 2)"),
+        (np.ones(3), np.ones((3, 2)), ValueError, "2-D"),
+        ([[1.0]], np.ones((1, 1)), TypeError, "numpy.ndarray"),
+    ],
+)
+def test_bad_input(a, b, exc, words):
+    with pytest.raises(exc, match=None) as info:
+        gptcore.matmul(a, b)
+    assert words in str(info.value)
+
+
+def test_packed_dtype_mismatch():
+    pb = gptcore.PackedMatrix(np.ones((3, 2), np.float64))
+    with pytest.raises(TypeError, match="float64"):
+        gptcore.matmul(np.ones((2, 3), np.float32), pb)
+    with pytest.raises(ValueError, match="not aligned"):
+        gptcore.matmul(np.ones((2, 4)), pb)
+
+
+def test_kernel_selection():
+    assert gptcore.kernel() in KERNELS
+    assert "portable" in KERNELS
+    for k in KERNELS:
+        assert gptcore.set_kernel(k) == k and gptcore.kernel() == k
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        gptcore.set_kernel("sse9")
+    assert gptcore.set_kernel(None) == KERNELS[0]
+    with pytest.raises(ValueError):
+        gptcore.set_num_threads(0)
+    with pytest.raises(TypeError):
+        gptcore.set_num_threads(1.5)
+    gptcore.set_num_threads(1)
+    assert gptcore.get_num_threads() == 1
+
+
+def test_read_only_input():
+    a = np.ones((4, 5))
+    a.setflags(write=False)
+    assert gptcore.matmul(a, a.T).tolist() == [[5.0] * 4] * 4
