@@ -129,26 +129,6 @@ fn gelu_slice_generic(x: &mut [f32]) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn exp_slice_avx512(x: &mut [f32]) {
-    exp_slice_generic(x)
-}
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn exp_slice_avx2(x: &mut [f32]) {
-    exp_slice_generic(x)
-}
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn gelu_slice_avx512(x: &mut [f32]) {
-    gelu_slice_generic(x)
-}
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn gelu_slice_avx2(x: &mut [f32]) {
-    gelu_slice_generic(x)
-}
 
 const LANES: usize = 16;
 
@@ -227,76 +207,53 @@ fn moments_generic(x: &[f32]) -> (f32, f32) {
     (sum, sq)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn softmax_step_avx512(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
-    softmax_step_generic(row, valid, scale, m_old)
+
+/// Defines `fn $name(args) -> ret` running `$generic` compiled for AVX-512, for AVX2, or for the
+/// baseline target, chosen at run time. Only the instructions differ between the copies: the
+/// operations and their order are the same (no fused operations are introduced), so the bits are.
+macro_rules! multiversion {
+    (fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $generic:ident) => {
+        fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn wide($($arg: $ty),*) -> $ret {
+                    $generic($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                unsafe fn narrow($($arg: $ty),*) -> $ret {
+                    $generic($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    return unsafe { wide($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    return unsafe { narrow($($arg),*) };
+                }
+            }
+            $generic($($arg),*)
+        }
+    };
 }
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn softmax_step_avx2(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
-    softmax_step_generic(row, valid, scale, m_old)
-}
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn moments_avx512(x: &[f32]) -> (f32, f32) {
-    moments_generic(x)
-}
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn moments_avx2(x: &[f32]) -> (f32, f32) {
-    moments_generic(x)
-}
+
+multiversion!(fn exp_slice(x: &mut [f32]) -> () => exp_slice_generic);
+multiversion!(fn gelu_slice(x: &mut [f32]) -> () => gelu_slice_generic);
+multiversion!(fn softmax_step_f32(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) => softmax_step_generic);
+multiversion!(fn moments_f32(x: &[f32]) -> (f32, f32) => moments_generic);
 
 /// float32 sums run in 16 lanes (a fixed order, so still deterministic and row-local).
 impl Transcendental for f32 {
     fn softmax_step(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return unsafe { softmax_step_avx512(row, valid, scale, m_old) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return unsafe { softmax_step_avx2(row, valid, scale, m_old) };
-            }
-        }
-        softmax_step_generic(row, valid, scale, m_old)
+        softmax_step_f32(row, valid, scale, m_old)
     }
     fn moments(x: &[f32]) -> (f32, f32) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return unsafe { moments_avx512(x) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return unsafe { moments_avx2(x) };
-            }
-        }
-        moments_generic(x)
+        moments_f32(x)
     }
     fn exp_inplace(x: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return unsafe { exp_slice_avx512(x) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return unsafe { exp_slice_avx2(x) };
-            }
-        }
-        exp_slice_generic(x)
+        exp_slice(x)
     }
     fn gelu_inplace(x: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return unsafe { gelu_slice_avx512(x) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return unsafe { gelu_slice_avx2(x) };
-            }
-        }
-        gelu_slice_generic(x)
+        gelu_slice(x)
     }
 }
 
