@@ -162,11 +162,14 @@ fn run_tiles<T: GemmElement>(
     let mr = spec.mr;
     let mpad = m.div_ceil(mr) * mr;
     let panels = n.div_ceil(T::NR);
-    let mc = tuning::mc();
-    let mblocks = m.div_ceil(mc);
     let flops = m as f64 * n as f64 * kb.k as f64;
     let nthreads = if flops < 262_144.0 { 1 } else { threads::num_threads() };
-    // Enough column chunks that every thread has work (and some slack to balance).
+    // Row blocks of (nearly) equal height, a multiple of 12 (every kernel's MR divides 12), so
+    // that parallel work items are of equal size.
+    let mblocks = m.div_ceil(tuning::mc());
+    let mc = m.div_ceil(mblocks).div_ceil(12) * 12;
+    let mblocks = m.div_ceil(mc);
+    // Enough column chunks that every thread has several items of equal size.
     let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };
     let nchunks = want_items.div_ceil(mblocks).clamp(1, panels);
     let per_chunk = panels.div_ceil(nchunks);
