@@ -65,7 +65,8 @@ class GPTConfig:
             object.__setattr__(self, "attn_bias", self.bias)
         if not isinstance(self.attn_bias, bool):
             raise TypeError(f"GPTConfig: attn_bias must be a bool or None, got {self.attn_bias!r}")
-        if isinstance(self.ln_eps, bool) or not isinstance(self.ln_eps, (int, float)) or not self.ln_eps > 0:
+        if (isinstance(self.ln_eps, bool) or not isinstance(self.ln_eps, (int, float)) or not self.ln_eps > 0
+                or self.ln_eps == float("inf")):
             raise ValueError(f"GPTConfig: ln_eps must be a positive float, got {self.ln_eps!r}")
         object.__setattr__(self, "ln_eps", float(self.ln_eps))
 

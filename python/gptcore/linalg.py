@@ -61,6 +61,9 @@ def matmul(a: np.ndarray, b: Union[np.ndarray, PackedMatrix], *, kernel: Optiona
         if a.shape[1] != b.shape[0]:
             raise ValueError(f"matmul: shapes {a.shape} and {b.shape} are not aligned (a.shape[1] != b.shape[0])")
     check_alloc(a.shape[0] * (b.shape[1]) * a.dtype.itemsize, "matmul: the result")
+    # the operands are packed into panels before the product
+    packed = a.shape[0] * a.shape[1] + (0 if isinstance(b, PackedMatrix) else b.shape[0] * b.shape[1])
+    check_alloc(packed * a.dtype.itemsize, "matmul: packing the operands")
     return _native.matmul(a, b, kernel)
 
 
@@ -72,6 +75,7 @@ def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise TypeError(f"matmul_reference: a and b must have the same dtype, got {a.dtype} and {b.dtype}")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul_reference: shapes {a.shape} and {b.shape} are not aligned")
+    check_alloc(a.shape[0] * b.shape[1] * a.dtype.itemsize, "matmul_reference: the result")
     return _native.matmul_reference(a, b)
 
 
@@ -99,6 +103,8 @@ def set_num_threads(n: int) -> None:
     default: the number of cores). Results never depend on it."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
+    if not 1 <= n <= 1024:
+        raise ValueError(f"set_num_threads: n must be between 1 and 1024, got {n}")
     _native.set_num_threads(int(n))
 
 

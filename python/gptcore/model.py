@@ -54,6 +54,12 @@ def _check_ids(ids: Any, config: GPTConfig, what: str = "ids") -> Tuple[np.ndarr
     return np.ascontiguousarray(arr2, dtype=np.int64), one_d
 
 
+def _check_run_alloc(config: GPTConfig, itemsize: int, b: int, t: int, logit_rows: int, what: str) -> None:
+    """MemoryError before a run whose activations (and logits) cannot fit in memory."""
+    need = logit_rows * config.vocab_size + b * t * (4 * config.d_model + config.d_ff)
+    check_alloc(need * itemsize, what)
+
+
 class Model:
     """A GPT-style decoder with its weights packed for the Rust kernels.
 
@@ -82,7 +88,11 @@ class Model:
             config = infer_config(weights, n_heads=n_heads)
         elif not isinstance(config, GPTConfig):
             raise TypeError(f"Model: config must be a GPTConfig or None, got {type(config).__name__}")
-        if isinstance(branch_scale, bool) or not isinstance(branch_scale, (int, float)) or not math.isfinite(branch_scale):
+        elif n_heads is not None and n_heads != config.n_heads:
+            raise ValueError(f"Model: n_heads={n_heads!r} disagrees with config.n_heads={config.n_heads}")
+        if (isinstance(branch_scale, (bool, np.bool_))
+                or not isinstance(branch_scale, (int, float, np.integer, np.floating))
+                or not math.isfinite(branch_scale)):
             raise ValueError(f"Model: branch_scale must be a finite number, got {branch_scale!r}")
         name = _dtype_name(dtype)
         checked = validate(weights, config)
@@ -160,10 +170,12 @@ class Model:
         ``(logits, hidden)``, ``hidden`` of shape ``(n_layers + 1, [B,] T, d_model)``: the
         residual stream before the first block and after each block.
         """
-        if logits not in ("all", "last"):
+        if not isinstance(logits, str) or logits not in ("all", "last"):
             raise ValueError(f"forward: logits must be 'all' or 'last', got {logits!r}")
         if not isinstance(causal, bool):
             raise TypeError(f"forward: causal must be a bool, got {causal!r}")
+        if not isinstance(return_hidden, bool):
+            raise TypeError(f"forward: return_hidden must be a bool, got {return_hidden!r}")
         arr, one_d = _check_ids(ids, self._config)
         b, t = arr.shape
         self._check_length(t)
@@ -210,6 +222,9 @@ class Model:
             inputs = arr
         if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
             raise ValueError(f"token_logprobs: chunk must be a positive int, got {chunk!r}")
+        rows = inputs.shape[0] * inputs.shape[1]
+        _check_run_alloc(self._config, self.dtype.itemsize, inputs.shape[0], inputs.shape[1], min(int(chunk), rows),
+                         f"token_logprobs on ids of shape {arr.shape}")
         out = self._native.token_logprobs(np.ascontiguousarray(inputs), np.ascontiguousarray(tgt), int(chunk))
         out = out.reshape(inputs.shape)
         return out[0] if one_d else out
@@ -225,13 +240,24 @@ class Model:
     # ---------------------------------------------------------------- generation
     def new_cache(self, batch: int = 1) -> "_native.NativeCache":
         """An empty key/value cache for ``batch`` sequences (for :meth:`step`)."""
+        if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, (int, np.integer)):
+            raise TypeError(f"new_cache: batch must be an int, got {type(batch).__name__}")
+        if batch < 1:
+            raise ValueError(f"new_cache: batch must be >= 1, got {batch}")
+        c = self._config
+        # one (keys, values) record per layer, sequence and head
+        check_alloc(max(1, c.n_layers) * int(batch) * c.n_heads * 64, f"new_cache(batch={batch})")
         return self._native.new_cache(int(batch))
 
     def step(self, cache: "_native.NativeCache", ids: Any) -> np.ndarray:
         """Append ids ``(B, T_new)`` to the sequences held in ``cache`` and return the logits
         of the last new position, ``(B, V)``. The result is bit-identical to the last row of a
         full forward pass over the whole sequence."""
+        if not isinstance(cache, _native.NativeCache):
+            raise TypeError(f"step: cache must come from Model.new_cache(), got {type(cache).__name__}")
         arr, _ = _check_ids(ids, self._config)
+        _check_run_alloc(self._config, self.dtype.itemsize, arr.shape[0], arr.shape[1], arr.shape[0],
+                         f"step on ids of shape {arr.shape}")
         if arr.shape[0] != cache.batch:
             raise ValueError(f"step: ids has {arr.shape[0]} sequences, the cache holds {cache.batch}")
         self._check_length(cache.len + arr.shape[1])
@@ -305,12 +331,26 @@ class Model:
         temperature, top_k, top_p, greedy = check_sampling_args(temperature, top_k, top_p, greedy, self._config.vocab_size)
         stops = None
         if stop_tokens is not None:
-            stops = np.array(sorted({int(s) for s in stop_tokens}), dtype=np.int64)
-            if stops.size and (stops.min() < 0 or stops.max() >= self._config.vocab_size):
-                raise ValueError(f"generate: stop_tokens must be ids in [0, {self._config.vocab_size})")
+            if isinstance(stop_tokens, (str, bytes)) or not isinstance(stop_tokens, Iterable):
+                raise TypeError(f"generate: stop_tokens must be an iterable of int token ids, got {type(stop_tokens).__name__}")
+            seen = set()
+            for s in stop_tokens:
+                if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
+                    raise TypeError(f"generate: stop_tokens must hold int token ids, got {s!r}")
+                if not 0 <= s < self._config.vocab_size:
+                    raise ValueError(f"generate: stop_tokens must be ids in [0, {self._config.vocab_size}), got {s}")
+                seen.add(int(s))
+            stops = np.array(sorted(seen), dtype=np.int64)
+        if seed is not None:
+            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+                raise TypeError(f"generate: seed must be a non-negative int or None, got {seed!r}")
+            if seed < 0:
+                raise ValueError(f"generate: seed must be a non-negative int or None, got {seed}")
         rng = np.random.default_rng(seed)
         n_ctx, learned = self._config.n_ctx, self._config.pos == "learned"
         b, t = arr.shape
+        _check_run_alloc(self._config, self.dtype.itemsize, b, min(t, n_ctx) if learned else t, b,
+                         f"generate on ids of shape {arr.shape}")
         seq = arr
         if learned and t > n_ctx:
             seq = seq[:, -n_ctx:]
