@@ -263,21 +263,46 @@ impl<T: Float> Model<T> {
         check: &(dyn Fn() -> Result<()> + Sync),
     ) -> Result<RunOutput<T>> {
         let cfg = &self.cfg;
-        let (d, nh, dh) = (cfg.d_model, cfg.n_heads, cfg.d_head());
+        let (nh, dh) = (cfg.n_heads, cfg.d_head());
         if ids.len() != batch * t_new {
             return crate::value_error!("ids: expected {} values for shape ({batch}, {t_new}), got {}", batch * t_new, ids.len());
         }
         if let Some(&bad) = ids.iter().find(|&&i| i as usize >= cfg.vocab_size) {
             return crate::value_error!("ids: token id {bad} is out of range [0, {})", cfg.vocab_size);
         }
-        let mut scratch_cache;
-        let (cache, persistent) = match cache {
-            Some(c) => (c, true),
-            None => {
-                scratch_cache = KvCache::new(1, batch, nh, dh);
-                (&mut scratch_cache, false)
+        match cache {
+            Some(c) => {
+                // A step that fails part-way (an interrupt, an allocation) leaves the cache
+                // holding exactly the positions it held before.
+                let before = c.len();
+                let out = self.run_on(ids, batch, t_new, c, true, logits, causal, want_hidden, check);
+                if out.is_err() {
+                    c.truncate(before);
+                }
+                out
             }
-        };
+            None => {
+                let mut scratch = KvCache::new(1, batch, nh, dh);
+                self.run_on(ids, batch, t_new, &mut scratch, false, logits, causal, want_hidden, check)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_on(
+        &self,
+        ids: &[u32],
+        batch: usize,
+        t_new: usize,
+        cache: &mut KvCache<T>,
+        persistent: bool,
+        logits: Logits,
+        causal: bool,
+        want_hidden: bool,
+        check: &(dyn Fn() -> Result<()> + Sync),
+    ) -> Result<RunOutput<T>> {
+        let cfg = &self.cfg;
+        let (d, nh, dh) = (cfg.d_model, cfg.n_heads, cfg.d_head());
         if cache.batch != batch {
             return crate::value_error!("cache holds {} sequences, ids has {batch}", cache.batch);
         }

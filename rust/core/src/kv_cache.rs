@@ -107,9 +107,14 @@ impl<T: Element> KvCache<T> {
     }
 
     pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    /// Forget the positions from `len` on (an interrupted step leaves the cache as it was).
+    pub fn truncate(&mut self, len: usize) {
         for l in &mut self.layers {
             for h in l {
-                h.clear();
+                h.len = h.len.min(len);
             }
         }
     }

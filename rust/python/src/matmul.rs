@@ -24,11 +24,13 @@ impl PackedMatrix {
     fn new(py: Python<'_>, b: &Bound<'_, PyAny>) -> PyResult<Self> {
         if let Ok(b) = b.extract::<PyReadonlyArray2<f32>>() {
             let v = view2(&b);
+            let v = v.mat();
             let p = detach(py, || PackedB::pack(v))?;
             return Ok(PackedMatrix { inner: Packed::F32(p) });
         }
         if let Ok(b) = b.extract::<PyReadonlyArray2<f64>>() {
             let v = view2(&b);
+            let v = v.mat();
             let p = detach(py, || PackedB::pack(v))?;
             return Ok(PackedMatrix { inner: Packed::F64(p) });
         }
@@ -81,6 +83,7 @@ fn product<'py, T: gemm::GemmElement + numpy::Element>(
         )));
     }
     let av = view2(&a);
+    let av = av.mat();
     let len = m.checked_mul(n).ok_or_else(|| pyo3::exceptions::PyMemoryError::new_err("matmul: output size overflows"))?;
     let mut c = gptcore_core::error::try_zeroed::<T>(len, "matmul output").map_err(to_py_err)?;
     detach(py, || match forced {
@@ -123,11 +126,13 @@ fn matmul<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, ke
     }
     if let (Ok(a), Ok(b)) = (a.extract::<PyReadonlyArray2<f32>>(), b.extract::<PyReadonlyArray2<f32>>()) {
         let bv = view2(&b);
+        let bv = bv.mat();
         let pb = detach(py, || PackedB::pack(bv))?;
         return Ok(product(py, a, &pb, forced)?.into_any());
     }
     if let (Ok(a), Ok(b)) = (a.extract::<PyReadonlyArray2<f64>>(), b.extract::<PyReadonlyArray2<f64>>()) {
         let bv = view2(&b);
+        let bv = bv.mat();
         let pb = detach(py, || PackedB::pack(bv))?;
         return Ok(product(py, a, &pb, forced)?.into_any());
     }
@@ -148,6 +153,7 @@ fn matmul_reference<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, 
                     )));
                 }
                 let (av, bv) = (view2(&a), view2(&b));
+                let (av, bv) = (av.mat(), bv.mat());
                 let mut c = vec![0.0 as $t; m * n];
                 detach(py, || gemm::gemm_reference(av, bv, &mut c))?;
                 return Ok(PyArray1::from_vec(py, c).reshape([m, n])?.into_any());

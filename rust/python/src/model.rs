@@ -14,6 +14,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 enum AnyModel {
@@ -32,9 +33,23 @@ pub struct NativeModel {
 }
 
 /// Keys and values of a batch of sequences, kept between decode steps.
-#[pyclass(module = "gptcore._native")]
+///
+/// The keys and values sit behind a mutex that a step holds while it runs without the GIL.
+/// Nothing here ever waits for that mutex while holding the GIL (a step that finds it taken
+/// is refused; `clear` and `nbytes` wait with the GIL released), so a cache shared between
+/// threads cannot deadlock the interpreter.
+#[pyclass(frozen, module = "gptcore._native")]
 pub struct NativeCache {
     inner: Mutex<AnyCache>,
+    batch: usize,
+    len: AtomicUsize,
+}
+
+impl NativeCache {
+    /// Run `f` on the keys and values, waiting for the mutex with the GIL released.
+    fn with_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut AnyCache) -> R + Send) -> R {
+        py.detach(|| f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner())))
+    }
 }
 
 #[pymethods]
@@ -42,30 +57,25 @@ impl NativeCache {
     /// Positions held.
     #[getter]
     fn len(&self) -> usize {
-        match &*self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
-            AnyCache::F32(c) => c.len(),
-            AnyCache::F64(c) => c.len(),
-        }
+        self.len.load(Ordering::Acquire)
     }
     #[getter]
     fn batch(&self) -> usize {
-        match &*self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
-            AnyCache::F32(c) => c.batch,
-            AnyCache::F64(c) => c.batch,
-        }
+        self.batch
     }
     #[getter]
-    fn nbytes(&self) -> usize {
-        match &*self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
+    fn nbytes(&self, py: Python<'_>) -> usize {
+        self.with_detached(py, |c| match c {
             AnyCache::F32(c) => c.nbytes(),
             AnyCache::F64(c) => c.nbytes(),
-        }
+        })
     }
-    fn clear(&self) {
-        match &mut *self.inner.lock().unwrap_or_else(|e| e.into_inner()) {
+    fn clear(&self, py: Python<'_>) {
+        self.with_detached(py, |c| match c {
             AnyCache::F32(c) => c.clear(),
             AnyCache::F64(c) => c.clear(),
-        }
+        });
+        self.len.store(0, Ordering::Release);
     }
 }
 
@@ -216,14 +226,14 @@ impl NativeModel {
             AnyModel::F32(m) => AnyCache::F32(m.new_cache(batch)),
             AnyModel::F64(m) => AnyCache::F64(m.new_cache(batch)),
         };
-        Ok(NativeCache { inner: Mutex::new(inner) })
+        Ok(NativeCache { inner: Mutex::new(inner), batch, len: AtomicUsize::new(0) })
     }
 
     /// Process new positions ids (B, T_new) after those in `cache`; returns logits.
     #[pyo3(signature = (cache, ids, logits="last"))]
     fn step<'py>(&self, py: Python<'py>, cache: &Bound<'py, NativeCache>, ids: PyReadonlyArray2<'py, i64>, logits: &str) -> PyResult<Bound<'py, PyAny>> {
         let mode = parse_logits(logits)?;
-        let cache = cache.borrow();
+        let cache = cache.get();
         let mut guard = cache
             .inner
             .try_lock()
@@ -239,6 +249,11 @@ impl NativeModel {
             }
             _ => return Err(PyTypeError::new_err("cache was made by a model of another dtype")),
         };
+        let n = match &*guard {
+            AnyCache::F32(c) => c.len(),
+            AnyCache::F64(c) => c.len(),
+        };
+        cache.len.store(n, Ordering::Release);
         Ok(out.0)
     }
 
