@@ -16,12 +16,50 @@ from .linalg import (
     set_kernel,
     set_num_threads,
 )
+from .accounting import (
+    ChinchillaBudget,
+    FlopCount,
+    LogitsMemory,
+    ParamCount,
+    chinchilla,
+    flops_per_token,
+    lesson14_counting,
+    logits_memory,
+    param_count,
+)
+from .lessons import (
+    LESSON14_IDS_1BASED,
+    RustlabRng,
+    lesson13_block,
+    lesson14_config,
+    lesson14_weights,
+    textbook_block,
+    textbook_forward,
+    to_zero_based,
+)
 from .model import Model, forward, load, softmax
 from .weights import expected_shapes, infer_config, init_weights, load_safetensors, save_safetensors, validate
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChinchillaBudget",
+    "FlopCount",
+    "LESSON14_IDS_1BASED",
+    "LogitsMemory",
+    "ParamCount",
+    "RustlabRng",
+    "chinchilla",
+    "flops_per_token",
+    "lesson13_block",
+    "lesson14_config",
+    "lesson14_counting",
+    "lesson14_weights",
+    "logits_memory",
+    "param_count",
+    "textbook_block",
+    "textbook_forward",
+    "to_zero_based",
     "GPTConfig",
     "Model",
     "PRESETS",

@@ -38,6 +38,49 @@ pub unsafe fn attend_block<T: HasKernels + Transcendental>(
     causal: bool,
     scratch: &mut Scratch<T>,
 ) {
+    // The element-wise loops (zeroing, rescaling, packing) vectorise in the wider copy; the
+    // arithmetic is the same in every copy (no fused operations are introduced).
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return attend_block_avx512(spec, kv, q, ldq, q0, nq, out, ldo, causal, scratch);
+        }
+    }
+    attend_block_impl(spec, kv, q, ldq, q0, nq, out, ldo, causal, scratch)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_block_avx512<T: HasKernels + Transcendental>(
+    spec: KernelSpec<T>,
+    kv: &HeadKv<T>,
+    q: *const T,
+    ldq: usize,
+    q0: usize,
+    nq: usize,
+    out: *mut T,
+    ldo: usize,
+    causal: bool,
+    scratch: &mut Scratch<T>,
+) {
+    attend_block_impl(spec, kv, q, ldq, q0, nq, out, ldo, causal, scratch)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
+    spec: KernelSpec<T>,
+    kv: &HeadKv<T>,
+    q: *const T,
+    ldq: usize,
+    q0: usize,
+    nq: usize,
+    out: *mut T,
+    ldo: usize,
+    causal: bool,
+    scratch: &mut Scratch<T>,
+) {
     let dh = kv.dh;
     let nr = T::NR;
     let scale = T::ONE / T::from_f64(dh as f64).sqrt();
@@ -86,30 +129,15 @@ pub unsafe fn attend_block<T: HasKernels + Transcendental>(
         for i in 0..nq {
             let valid = if causal { (q0 + i + 1).saturating_sub(k0).min(nkeys) } else { nkeys };
             let row = &mut scratch.s[i * KB..i * KB + nkeys];
-            let mut mx = scratch.m[i];
-            for v in row[..valid].iter_mut() {
-                *v = *v * scale;
-                mx = mx.max(*v);
-            }
-            for v in row[..valid].iter_mut() {
-                *v = *v - mx;
-            }
-            T::exp_inplace(&mut row[..valid]);
-            for v in row[valid..].iter_mut() {
-                *v = T::ZERO;
-            }
-            let mut sum = T::ZERO;
-            for &v in row[..valid].iter() {
-                sum += v;
-            }
             let m_old = scratch.m[i];
+            let (mx, sum) = T::softmax_step(row, valid, scale, m_old);
             if valid > 0 && mx != m_old {
                 let mut c = [m_old - mx];
                 T::exp_inplace(&mut c);
                 let c = c[0];
                 scratch.l[i] = scratch.l[i] * c + sum;
-                for col in 0..dh {
-                    let o = out.add(i * ldo + col);
+                let orow = std::slice::from_raw_parts_mut(out.add(i * ldo), dh);
+                for o in orow.iter_mut() {
                     *o = *o * c;
                 }
                 scratch.m[i] = mx;
@@ -118,8 +146,7 @@ pub unsafe fn attend_block<T: HasKernels + Transcendental>(
             }
         }
         // O += P V for this key block.
-        let pview = MatRef::from_raw(scratch.s.as_ptr(), nq, nkeys, KB as isize, 1);
-        pack_a(pview, mr, KBlocks::new(nkeys, nkeys), &mut scratch.ppack);
+        pack_rows(&scratch.s, KB, nq, nkeys, mr, &mut scratch.ppack);
         let mut c0 = 0;
         let mut jp = 0;
         while c0 < dh {
@@ -148,6 +175,24 @@ pub unsafe fn attend_block<T: HasKernels + Transcendental>(
         for c in 0..dh {
             let o = out.add(i * ldo + c);
             *o = *o / l;
+        }
+    }
+}
+
+/// Pack rows `0..nq` (first `nk` values each, row stride `ld`) of `src` into `mr`-row panels
+/// stored k-major (the A layout of the micro-kernels), zero-padding the last panel.
+#[inline(always)]
+fn pack_rows<T: Copy + Default>(src: &[T], ld: usize, nq: usize, nk: usize, mr: usize, dst: &mut Vec<T>) {
+    let panels = nq.div_ceil(mr);
+    dst.clear();
+    dst.resize(panels * mr * nk, T::default());
+    for ip in 0..panels {
+        let rows = mr.min(nq - ip * mr);
+        let panel = &mut dst[ip * mr * nk..(ip + 1) * mr * nk];
+        for j in 0..nk {
+            for r in 0..rows {
+                panel[j * mr + r] = src[(ip * mr + r) * ld + j];
+            }
         }
     }
 }

@@ -22,6 +22,41 @@ use crate::{Error, Result};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
+/// Phase timings printed to stderr when `GPTCORE_PROFILE=1` (for tuning; off by default).
+struct Phases {
+    on: bool,
+    t: std::time::Instant,
+    acc: Vec<(&'static str, f64)>,
+}
+
+impl Phases {
+    fn new() -> Self {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let on = *ON.get_or_init(|| std::env::var("GPTCORE_PROFILE").map(|v| v == "1").unwrap_or(false));
+        Phases { on, t: std::time::Instant::now(), acc: Vec::new() }
+    }
+    fn mark(&mut self, name: &'static str) {
+        if self.on {
+            let dt = self.t.elapsed().as_secs_f64();
+            match self.acc.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => *v += dt,
+                None => self.acc.push((name, dt)),
+            }
+            self.t = std::time::Instant::now();
+        }
+    }
+}
+
+impl Drop for Phases {
+    fn drop(&mut self) {
+        if self.on {
+            let total: f64 = self.acc.iter().map(|(_, v)| v).sum();
+            let parts: Vec<String> = self.acc.iter().map(|(n, v)| format!("{n} {:.1}ms", v * 1e3)).collect();
+            eprintln!("gptcore profile: total {:.1}ms: {}", total * 1e3, parts.join(", "));
+        }
+    }
+}
+
 /// Floating-point types the decoder runs in.
 pub trait Float: GemmElement + HasKernels + Transcendental {}
 impl Float for f32 {}
@@ -285,6 +320,8 @@ impl<T: Float> Model<T> {
         }
         let eps = T::from_f64(cfg.ln_eps);
         let spec = T::spec(gemm::current_kernel());
+        let mut ph = Phases::new();
+        ph.mark("embed");
         let (mut h, mut qkv, mut att, mut y, mut u) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (li, blk) in self.blocks.iter().enumerate() {
             check()?;
@@ -295,7 +332,9 @@ impl<T: Float> Model<T> {
             };
             // Attention sub-block.
             layernorm(&x, &mut h, d, &blk.ln1, eps);
+            ph.mark("layernorm");
             blk.qkv.apply(&h, rows, &mut qkv);
+            ph.mark("qkv");
             // Append this layer's keys and values for the new positions.
             let qkv_ref = &qkv;
             let fill = |(idx, hk): (usize, &mut HeadKv<T>)| {
@@ -311,6 +350,7 @@ impl<T: Float> Model<T> {
             } else {
                 heads.iter_mut().enumerate().for_each(fill);
             }
+            ph.mark("kv append");
             att.clear();
             att.resize(rows * d, T::ZERO);
             // Work items: (sequence, head, query block aligned to KB).
@@ -354,14 +394,20 @@ impl<T: Float> Model<T> {
                 let mut s = Scratch::default();
                 items.iter().for_each(|it| work(it, &mut s));
             }
+            ph.mark("attention");
             blk.proj.apply(&att, rows, &mut y);
             add_into(&mut x, &y, d);
+            ph.mark("attn proj");
             // MLP sub-block.
             layernorm(&x, &mut h, d, &blk.ln2, eps);
+            ph.mark("layernorm");
             blk.fc.apply(&h, rows, &mut u);
+            ph.mark("mlp fc");
             for_rows(&mut u, cfg.d_ff, |_, row| T::gelu_inplace(row));
+            ph.mark("gelu");
             blk.fc_proj.apply(&u, rows, &mut y);
             add_into(&mut x, &y, d);
+            ph.mark("mlp proj");
             if let Some(hd) = hidden.as_mut() {
                 hd.extend_from_slice(&x);
             }
@@ -384,6 +430,7 @@ impl<T: Float> Model<T> {
                 self.head_logits(&last, batch, &mut h)?
             }
         };
+        ph.mark("head");
         Ok(RunOutput { logits, hidden, final_x })
     }
 

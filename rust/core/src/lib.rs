@@ -8,6 +8,7 @@
 pub mod element;
 pub mod error;
 pub mod gemm;
+pub mod rng;
 pub mod threads;
 pub mod ops;
 pub mod attention;

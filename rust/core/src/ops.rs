@@ -16,9 +16,48 @@ pub trait Transcendental: Element {
     fn exp_inplace(x: &mut [Self]);
     /// `x[i] = gelu_tanh(x[i])`.
     fn gelu_inplace(x: &mut [Self]);
+    /// One online-softmax step on a row of raw scores: scales `row[..valid]` by `scale`,
+    /// takes `m = max(m_old, max row)`, replaces `row[..valid]` by `exp(row - m)` and
+    /// `row[valid..]` by 0, and returns `(m, sum of row)`.
+    fn softmax_step(row: &mut [Self], valid: usize, scale: Self, m_old: Self) -> (Self, Self);
+    /// Sum and sum of squared deviations for LayerNorm: `(sum x, sum (x - mean)^2)` where
+    /// mean = first / n (the order of each sum is fixed by the type's implementation).
+    fn moments(x: &[Self]) -> (Self, Self);
 }
 
 impl Transcendental for f64 {
+    /// float64 keeps the lesson's plain left-to-right sums.
+    fn softmax_step(row: &mut [f64], valid: usize, scale: f64, m_old: f64) -> (f64, f64) {
+        let mut mx = m_old;
+        for v in row[..valid].iter_mut() {
+            *v *= scale;
+            mx = mx.max(*v);
+        }
+        for v in row[..valid].iter_mut() {
+            *v = (*v - mx).exp();
+        }
+        for v in row[valid..].iter_mut() {
+            *v = 0.0;
+        }
+        let mut sum = 0.0;
+        for &v in row[..valid].iter() {
+            sum += v;
+        }
+        (mx, sum)
+    }
+    fn moments(x: &[f64]) -> (f64, f64) {
+        let mut sum = 0.0;
+        for &v in x {
+            sum += v;
+        }
+        let mean = sum / x.len() as f64;
+        let mut sq = 0.0;
+        for &v in x {
+            let d = v - mean;
+            sq += d * d;
+        }
+        (sum, sq)
+    }
     fn exp_inplace(x: &mut [f64]) {
         for v in x {
             *v = v.exp();
@@ -90,68 +129,141 @@ fn gelu_slice_generic(x: &mut [f32]) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn exp_slice_avx512(x: &mut [f32]) {
-    exp_slice_generic(x)
-}
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn exp_slice_avx2(x: &mut [f32]) {
-    exp_slice_generic(x)
-}
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn gelu_slice_avx512(x: &mut [f32]) {
-    gelu_slice_generic(x)
-}
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn gelu_slice_avx2(x: &mut [f32]) {
-    gelu_slice_generic(x)
+
+const LANES: usize = 16;
+
+/// Lane-parallel sum: 16 running sums (element i goes to lane i % 16), combined in a fixed
+/// order at the end. Deterministic for a given slice, and vectorisable.
+#[inline(always)]
+fn lane_sum(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] += c[l];
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        acc[l] += v;
+    }
+    let mut s = 0.0;
+    for a in acc {
+        s += a;
+    }
+    s
 }
 
-impl Transcendental for f32 {
-    fn exp_inplace(x: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return unsafe { exp_slice_avx512(x) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return unsafe { exp_slice_avx2(x) };
+#[inline(always)]
+fn softmax_step_generic(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
+    let mut mx = [m_old; LANES];
+    {
+        let head = &mut row[..valid];
+        let mut chunks = head.chunks_exact_mut(LANES);
+        for c in &mut chunks {
+            for l in 0..LANES {
+                let v = c[l] * scale;
+                c[l] = v;
+                mx[l] = if v > mx[l] { v } else { mx[l] };
             }
         }
-        exp_slice_generic(x)
+        for (l, v) in chunks.into_remainder().iter_mut().enumerate() {
+            *v *= scale;
+            mx[l] = if *v > mx[l] { *v } else { mx[l] };
+        }
+    }
+    let mut m = mx[0];
+    for &v in &mx[1..] {
+        m = if v > m { v } else { m };
+    }
+    for v in row[..valid].iter_mut() {
+        *v = exp_f32(*v - m);
+    }
+    for v in row[valid..].iter_mut() {
+        *v = 0.0;
+    }
+    (m, lane_sum(&row[..valid]))
+}
+
+#[inline(always)]
+fn moments_generic(x: &[f32]) -> (f32, f32) {
+    let sum = lane_sum(x);
+    let mean = sum / x.len() as f32;
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            let d = c[l] - mean;
+            acc[l] += d * d;
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        let d = v - mean;
+        acc[l] += d * d;
+    }
+    let mut sq = 0.0;
+    for a in acc {
+        sq += a;
+    }
+    (sum, sq)
+}
+
+
+/// Defines `fn $name(args) -> ret` running `$generic` compiled for AVX-512, for AVX2, or for the
+/// baseline target, chosen at run time. Only the instructions differ between the copies: the
+/// operations and their order are the same (no fused operations are introduced), so the bits are.
+macro_rules! multiversion {
+    (fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $generic:ident) => {
+        fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn wide($($arg: $ty),*) -> $ret {
+                    $generic($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                unsafe fn narrow($($arg: $ty),*) -> $ret {
+                    $generic($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    return unsafe { wide($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    return unsafe { narrow($($arg),*) };
+                }
+            }
+            $generic($($arg),*)
+        }
+    };
+}
+
+multiversion!(fn exp_slice(x: &mut [f32]) -> () => exp_slice_generic);
+multiversion!(fn gelu_slice(x: &mut [f32]) -> () => gelu_slice_generic);
+multiversion!(fn softmax_step_f32(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) => softmax_step_generic);
+multiversion!(fn moments_f32(x: &[f32]) -> (f32, f32) => moments_generic);
+
+/// float32 sums run in 16 lanes (a fixed order, so still deterministic and row-local).
+impl Transcendental for f32 {
+    fn softmax_step(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
+        softmax_step_f32(row, valid, scale, m_old)
+    }
+    fn moments(x: &[f32]) -> (f32, f32) {
+        moments_f32(x)
+    }
+    fn exp_inplace(x: &mut [f32]) {
+        exp_slice(x)
     }
     fn gelu_inplace(x: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return unsafe { gelu_slice_avx512(x) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return unsafe { gelu_slice_avx2(x) };
-            }
-        }
-        gelu_slice_generic(x)
+        gelu_slice(x)
     }
 }
 
-/// LayerNorm of one row: mean = sum/n, population variance = sum((x-mean)^2)/n (both plain
-/// left-to-right sums), `(x - mean) / sqrt(var + eps)`, then `* gamma + beta` when given.
-pub fn layernorm_row<T: Element>(x: &[T], out: &mut [T], affine: Option<(&[T], &[T])>, eps: T) {
+/// LayerNorm of one row: mean = sum/n, population variance = sum((x-mean)^2)/n (plain
+/// left-to-right sums in float64, 16-lane sums in float32), `(x - mean) / sqrt(var + eps)`,
+/// then `* gamma + beta` when given.
+pub fn layernorm_row<T: Transcendental>(x: &[T], out: &mut [T], affine: Option<(&[T], &[T])>, eps: T) {
     let n = T::from_f64(x.len() as f64);
-    let mut sum = T::ZERO;
-    for &v in x {
-        sum += v;
-    }
+    let (sum, sq) = T::moments(x);
     let mean = sum / n;
-    let mut sq = T::ZERO;
-    for &v in x {
-        let d = v - mean;
-        sq += d * d;
-    }
     let var = sq / n;
     let den = (var + eps).sqrt();
     match affine {

@@ -5,6 +5,7 @@
 //! and maps core errors and panics to Python exceptions.
 
 mod convert;
+mod lessons;
 mod matmul;
 mod model;
 
@@ -14,5 +15,6 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     matmul::register(m)?;
     model::register(m)?;
+    lessons::register(m)?;
     Ok(())
 }

@@ -201,7 +201,7 @@ fn get_num_threads() -> usize {
     threads::num_threads()
 }
 
-/// Block sizes in use, for the docs: {"f32": (MR by kernel, NR, KC_MAX), ...}.
+/// Block sizes of every kernel: a list of (dtype, kernel, MR, NR, KC_MAX, MC) tuples.
 #[pyfunction]
 fn block_sizes() -> Vec<(&'static str, &'static str, usize, usize, usize, usize)> {
     use gemm::kernels::HasKernels;

@@ -17,6 +17,7 @@
 pub mod dispatch;
 pub mod kernels;
 pub mod pack;
+pub mod tuning;
 
 pub use dispatch::{available, current as current_kernel, detect, set_kernel, Kernel};
 pub use pack::PackedB;
@@ -161,10 +162,14 @@ fn run_tiles<T: GemmElement>(
     let mr = spec.mr;
     let mpad = m.div_ceil(mr) * mr;
     let panels = n.div_ceil(T::NR);
-    let mblocks = m.div_ceil(MC);
     let flops = m as f64 * n as f64 * kb.k as f64;
     let nthreads = if flops < 262_144.0 { 1 } else { threads::num_threads() };
-    // Enough column chunks that every thread has work (and some slack to balance).
+    // Row blocks of (nearly) equal height, a multiple of 12 (every kernel's MR divides 12), so
+    // that parallel work items are of equal size.
+    let mblocks = m.div_ceil(tuning::mc());
+    let mc = m.div_ceil(mblocks).div_ceil(12) * 12;
+    let mblocks = m.div_ceil(mc);
+    // Enough column chunks that every thread has several items of equal size.
     let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };
     let nchunks = want_items.div_ceil(mblocks).clamp(1, panels);
     let per_chunk = panels.div_ceil(nchunks);
@@ -173,22 +178,42 @@ fn run_tiles<T: GemmElement>(
     let item = |idx: usize| {
         let ib = idx / nchunks;
         let jc = idx % nchunks;
-        let i0 = ib * MC;
-        let i1 = (i0 + MC).min(m);
+        let i0 = ib * mc;
+        let i1 = (i0 + mc).min(m);
         let jp0 = jc * per_chunk;
         let jp1 = (jp0 + per_chunk).min(panels);
         for p in 0..kb.count {
             let (k0, kc) = kb.block(p);
             let ablock = &apack[mpad * k0..];
-            for jp in jp0..jp1 {
+            let few_rows = i1 - i0 <= kernels::WIDE_ROWS;
+            let mut jp = jp0;
+            while jp < jp1 {
                 let j0 = jp * T::NR;
-                let cols = T::NR.min(n - j0);
                 let bp = b.panel(p, jp);
+                // SAFETY (both branches): the A panel holds kc*mr values, each B panel kc*NR;
+                // the C tile at (i, j0) lies inside C and belongs to this item alone.
+                if let (Some(wide), true, true) = (spec.wide, few_rows, jp + 4 <= jp1) {
+                    let cols_last = T::NR.min(n - (jp + 3) * T::NR);
+                    unsafe {
+                        wide(
+                            i1 - i0,
+                            cols_last,
+                            kc,
+                            ablock.as_ptr().add((i0 / mr) * mr * kc),
+                            bp,
+                            kc * T::NR,
+                            cptr.get().add(i0 * ldc + j0),
+                            ldc,
+                            p > 0,
+                        );
+                    }
+                    jp += 4;
+                    continue;
+                }
+                let cols = T::NR.min(n - j0);
                 let mut i = i0;
                 while i < i1 {
                     let rows = mr.min(i1 - i);
-                    // SAFETY: the A panel holds kc*mr values, the B panel kc*NR; the C tile
-                    // (rows x cols at (i, j0)) lies inside C and belongs to this item alone.
                     unsafe {
                         (spec.run)(
                             rows,
@@ -203,6 +228,7 @@ fn run_tiles<T: GemmElement>(
                     }
                     i += rows;
                 }
+                jp += 1;
             }
         }
     };

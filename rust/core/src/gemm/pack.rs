@@ -48,7 +48,7 @@ impl<T: Element> PackedB<T> {
     /// Pack a (K x N) matrix given with any strides.
     pub fn pack(b: MatRef<'_, T>) -> PackedB<T> {
         let (k, n) = (b.rows, b.cols);
-        let kb = KBlocks::new(k, T::KC_MAX);
+        let kb = KBlocks::new(k, super::tuning::kc_max::<T>());
         let panels = n.div_ceil(T::NR);
         let npad = panels * T::NR;
         let mut data = vec![T::ZERO; npad * k];

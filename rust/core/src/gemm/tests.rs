@@ -102,3 +102,39 @@ fn k_blocks_are_equal_sized() {
     let kb = pack::KBlocks::new(1, 384);
     assert_eq!((kb.kc, kb.count), (1, 1));
 }
+
+/// Few rows against many panels take the wide kernel (4 panels at a time): same bits.
+#[test]
+fn wide_kernel_matches_reference() {
+    fn check<T: GemmElement>() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for kernel in available() {
+            for m in 1..=4 {
+                for n in [4 * T::NR, 4 * T::NR + 1, 5 * T::NR - 3, 9 * T::NR + 7] {
+                    for k in [1, T::KC_MAX, T::KC_MAX + 1, 1000] {
+                        let a = random::<T>(&mut rng, m * k);
+                        let b = random::<T>(&mut rng, k * n);
+                        let mut want = vec![T::ZERO; m * n];
+                        gemm_reference(MatRef::from_slice(&a, m, k), MatRef::from_slice(&b, k, n), &mut want);
+                        let ldc = n + 5;
+                        let mut c = vec![T::from_f64(-7.25); m * ldc];
+                        let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
+                        gemm_with(kernel, MatRef::from_slice(&a, m, k), &pb, &mut c, ldc);
+                        for i in 0..m {
+                            for j in 0..ldc {
+                                let v = c[i * ldc + j];
+                                if j < n {
+                                    assert_eq!(v.to_f64().to_bits(), want[i * n + j].to_f64().to_bits(), "{kernel:?} m={m} n={n} k={k}");
+                                } else {
+                                    assert!(v == T::from_f64(-7.25), "wrote past the row end");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    check::<f32>();
+    check::<f64>();
+}

@@ -7,7 +7,7 @@ pub const MR_F32: usize = 12;
 pub const MR_F64: usize = 12;
 
 macro_rules! avx512_kernel {
-    ($entry:ident, $tile:ident, $T:ty, $MR:expr, $LANES:expr, $mask:ty,
+    ($entry:ident, $tile:ident, $wide_entry:ident, $wide:ident, $T:ty, $MR:expr, $LANES:expr, $mask:ty,
      $zero:ident, $loadu:ident, $maskz_loadu:ident, $mask_storeu:ident, $set1:ident, $fmadd:ident) => {
         #[target_feature(enable = "avx512f")]
         unsafe fn $tile<const M: usize>(
@@ -43,6 +43,65 @@ macro_rules! avx512_kernel {
             }
         }
 
+        /// Few rows (1 to 3) against 4 consecutive B panels at once: 8 independent vectors per
+        /// row keep the FMA pipes busy and read 4 memory streams in parallel (the decode case).
+        #[target_feature(enable = "avx512f")]
+        unsafe fn $wide<const M: usize>(
+            cols_last: usize, kc: usize, a: *const $T, b: *const $T, bstride: usize, c: *mut $T, ldc: usize,
+            accumulate: bool,
+        ) {
+            const NR: usize = 2 * $LANES;
+            let m0: $mask = if cols_last >= $LANES { !0 } else { ((1u32 << cols_last) - 1) as $mask };
+            let c1 = cols_last.saturating_sub($LANES);
+            let m1: $mask = if c1 >= $LANES { !0 } else { ((1u32 << c1) - 1) as $mask };
+            let full: $mask = !0;
+            let masks = [full, full, full, full, full, full, m0, m1];
+            let mut acc = [[$zero(); 8]; M];
+            if accumulate {
+                for i in 0..M {
+                    for v in 0..8 {
+                        acc[i][v] = $maskz_loadu(masks[v], c.add(i * ldc + (v / 2) * NR + (v % 2) * $LANES));
+                    }
+                }
+            }
+            let mut ap = a;
+            let mut bp = b;
+            for _ in 0..kc {
+                let mut av = [$zero(); M];
+                for i in 0..M {
+                    av[i] = $set1(*ap.add(i));
+                }
+                for v in 0..8 {
+                    let bv = $loadu(bp.add((v / 2) * bstride + (v % 2) * $LANES));
+                    for i in 0..M {
+                        acc[i][v] = $fmadd(av[i], bv, acc[i][v]);
+                    }
+                }
+                ap = ap.add($MR);
+                bp = bp.add(NR);
+            }
+            for i in 0..M {
+                for v in 0..8 {
+                    $mask_storeu(c.add(i * ldc + (v / 2) * NR + (v % 2) * $LANES), masks[v], acc[i][v]);
+                }
+            }
+        }
+
+        /// # Safety
+        /// As for the tile kernel, with 4 B panels `bstride` values apart (the last one with
+        /// `cols_last` live columns) and C `rows` x (3 NR + cols_last); rows <= 3.
+        pub unsafe fn $wide_entry(
+            rows: usize, cols_last: usize, kc: usize, a: *const $T, b: *const $T, bstride: usize, c: *mut $T,
+            ldc: usize, accumulate: bool,
+        ) {
+            match rows {
+                3 => $wide::<3>(cols_last, kc, a, b, bstride, c, ldc, accumulate),
+                2 => $wide::<2>(cols_last, kc, a, b, bstride, c, ldc, accumulate),
+                1 => $wide::<1>(cols_last, kc, a, b, bstride, c, ldc, accumulate),
+                _ => {}
+            }
+        }
+
         /// # Safety
         /// The CPU supports AVX-512F; `a` holds `kc * MR` values, `b` holds `kc * NR`; C has
         /// `rows` rows of `cols` writable values `ldc` apart.
@@ -69,9 +128,9 @@ macro_rules! avx512_kernel {
     };
 }
 
-avx512_kernel!(kernel_f32, tile_f32, f32, MR_F32, 16, __mmask16,
+avx512_kernel!(kernel_f32, tile_f32, wide_f32, wide_tile_f32, f32, MR_F32, 16, __mmask16,
     _mm512_setzero_ps, _mm512_loadu_ps, _mm512_maskz_loadu_ps, _mm512_mask_storeu_ps,
     _mm512_set1_ps, _mm512_fmadd_ps);
-avx512_kernel!(kernel_f64, tile_f64, f64, MR_F64, 8, __mmask8,
+avx512_kernel!(kernel_f64, tile_f64, wide_f64, wide_tile_f64, f64, MR_F64, 8, __mmask8,
     _mm512_setzero_pd, _mm512_loadu_pd, _mm512_maskz_loadu_pd, _mm512_mask_storeu_pd,
     _mm512_set1_pd, _mm512_fmadd_pd);

@@ -18,12 +18,20 @@ use crate::Element;
 /// `(rows, cols, kc, a_panel, b_panel, c, ldc, accumulate)`.
 pub type KernelFn<T> = unsafe fn(usize, usize, usize, *const T, *const T, *mut T, usize, bool);
 
-/// A micro-kernel and its tile height.
+/// `(rows, cols_last, kc, a_panel, b_panel, b_stride, c, ldc, accumulate)`: up to 3 rows
+/// against 4 consecutive B panels (`b_stride` apart), the last with `cols_last` live columns.
+pub type WideFn<T> = unsafe fn(usize, usize, usize, *const T, *const T, usize, *mut T, usize, bool);
+
+/// A micro-kernel and its tile height, and optionally a kernel for few rows and 4 panels.
 #[derive(Clone, Copy)]
 pub struct KernelSpec<T> {
     pub mr: usize,
     pub run: KernelFn<T>,
+    pub wide: Option<WideFn<T>>,
 }
+
+/// Rows up to which the wide kernel is used.
+pub const WIDE_ROWS: usize = 3;
 
 /// Per-type table of the kernels.
 pub trait HasKernels: Element {
@@ -34,10 +42,10 @@ impl HasKernels for f32 {
     fn spec(k: Kernel) -> KernelSpec<f32> {
         match k {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => KernelSpec { mr: avx512::MR_F32, run: avx512::kernel_f32 },
+            Kernel::Avx512 => KernelSpec { mr: avx512::MR_F32, run: avx512::kernel_f32, wide: Some(avx512::wide_f32) },
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => KernelSpec { mr: avx2::MR_F32, run: avx2::kernel_f32 },
-            _ => KernelSpec { mr: portable::MR, run: portable::kernel::<f32> },
+            Kernel::Avx2 => KernelSpec { mr: avx2::MR_F32, run: avx2::kernel_f32, wide: None },
+            _ => KernelSpec { mr: portable::MR, run: portable::kernel::<f32>, wide: None },
         }
     }
 }
@@ -46,10 +54,10 @@ impl HasKernels for f64 {
     fn spec(k: Kernel) -> KernelSpec<f64> {
         match k {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => KernelSpec { mr: avx512::MR_F64, run: avx512::kernel_f64 },
+            Kernel::Avx512 => KernelSpec { mr: avx512::MR_F64, run: avx512::kernel_f64, wide: Some(avx512::wide_f64) },
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => KernelSpec { mr: avx2::MR_F64, run: avx2::kernel_f64 },
-            _ => KernelSpec { mr: portable::MR, run: portable::kernel::<f64> },
+            Kernel::Avx2 => KernelSpec { mr: avx2::MR_F64, run: avx2::kernel_f64, wide: None },
+            _ => KernelSpec { mr: portable::MR, run: portable::kernel::<f64>, wide: None },
         }
     }
 }

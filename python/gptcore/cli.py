@@ -1,0 +1,261 @@
+"""The ``gptcore`` command: ``info``, ``demo`` and ``bench``.
+
+``gptcore info MODEL`` prints the accounting of a preset (parameters by component, FLOPs per
+token, the attention share, the logits memory, the Chinchilla budget); ``gptcore demo`` runs
+Lesson 14's toy model and prints the lesson's numbers; ``gptcore bench`` times a GPT-2-sized
+matrix product against numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import List, Optional, Sequence, Tuple
+
+from .config import PRESETS, GPTConfig
+
+__all__ = ["main"]
+
+
+def _int(n: int) -> str:
+    return f"{n:,}"
+
+
+def _size(nbytes: int) -> str:
+    """Decimal units, as the lessons quote sizes (1.6 GB = 1.6e9 bytes)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.2f} {unit}"
+    return f"{nbytes} B"
+
+
+def _table(sections: Sequence[Tuple[str, Sequence[Tuple[str, str]]]]) -> List[str]:
+    """Sections of (label, value) rows in one aligned table: every label left-aligned in one
+    column, every value right-aligned in the next, a heading line above each section."""
+    rows = [r for _, rs in sections for r in rs]
+    wl = max((len(a) for a, _ in rows), default=0)
+    wv = max((len(b) for _, b in rows), default=0)
+    out: List[str] = []
+    for title, rs in sections:
+        if out:
+            out.append("")
+        out.append(title)
+        out += [f"  {a:<{wl}}  {b:>{wv}}" for a, b in rs]
+    return out
+
+
+def _describe(cfg: GPTConfig) -> str:
+    parts = [
+        f"vocab {cfg.vocab_size:,}",
+        f"context {cfg.n_ctx:,}",
+        f"d_model {cfg.d_model}",
+        f"heads {cfg.n_heads}",
+        f"layers {cfg.n_layers}",
+        f"d_ff {cfg.d_ff}",
+        f"{cfg.pos} positions",
+        "tied head" if cfg.tied else "separate head",
+    ]
+    if cfg.bias and cfg.attn_bias:
+        parts.append("biases")
+    elif cfg.bias:
+        parts.append("MLP biases only")
+    elif cfg.attn_bias:
+        parts.append("attention biases only")
+    else:
+        parts.append("no biases")
+    parts.append("LayerNorm affine" if cfg.ln_affine else "no LayerNorm affine")
+    return ", ".join(parts)
+
+
+def _info(args: argparse.Namespace) -> int:
+    from .accounting import chinchilla, flops_per_token, lesson14_counting, logits_memory, param_count
+
+    cfg = GPTConfig.preset(args.model)
+    if args.lesson_counting:
+        cfg = lesson14_counting(cfg)
+    T = cfg.n_ctx if args.T is None else args.T
+    counts = param_count(cfg, include_blocks=not args.no_blocks)
+    flops = flops_per_token(cfg, T)
+    mem = logits_memory(args.batch, T, cfg.vocab_size, bytes=args.bytes)
+    budget = chinchilla(counts.total)
+    head = "0 (tied)" if cfg.tied else _int(counts.lm_head)
+    pos = _int(counts.position_embedding) + ("" if cfg.pos == "learned" else " (sinusoidal)")
+    sections = [
+        ("Parameters", [
+            ("token embedding", _int(counts.token_embedding)),
+            ("position embedding", pos),
+            ("per block", _int(counts.per_block)),
+            (f"blocks (x {counts.n_blocks})", _int(counts.blocks)),
+            ("final LayerNorm", _int(counts.final_ln)),
+            ("LM head", head),
+            ("total", _int(counts.total)),
+            ("blocks share", f"{counts.share('blocks') * 100:.2f} %"),
+            ("float32 size", _size(counts.nbytes(4))),
+        ]),
+        (f"Compute per token (T = {T:,})", [
+            ("forward (2 x weights)", _int(flops.forward)),
+            ("training (3 x forward)", _int(flops.training)),
+            ("attention scores (4 T d N)", _int(flops.attention)),
+            ("attention share of forward", f"{flops.attention_percent:.2f} %"),
+            ("crossover T* = d_ff", _int(flops.crossover_T)),
+        ]),
+        (f"Logits (B = {args.batch}, n = {T:,}, V = {cfg.vocab_size:,}, {args.bytes} bytes each)", [
+            ("entries", _int(mem.entries)),
+            ("memory", _size(mem.nbytes)),
+        ]),
+        ("Chinchilla budget", [
+            ("tokens D = 20 P", _int(budget.tokens)),
+            ("compute C = 6 P D", f"{budget.compute:.2e} FLOPs"),
+        ]),
+    ]
+    out = [f"{args.model}: {_describe(cfg)}", ""] + _table(sections)
+    print("\n".join(out))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Lesson 14's toy model with the lesson's own weights on gptcore (float64), then a
+    GPT-2-small-size forward (random weights, float32) timed against a plain numpy forward."""
+    import numpy as np
+
+    from .accounting import param_count
+    from .lessons import LESSON14_IDS_1BASED, frobenius_norm, lesson14_config, lesson14_weights, to_zero_based
+    from .linalg import get_num_threads, kernel
+    from .model import Model, softmax
+    from .numpy_forward import forward as numpy_forward
+    from .weights import init_weights
+
+    cfg = lesson14_config()
+    model = Model(lesson14_weights(), cfg, dtype="float64")
+    ids = to_zero_based(LESSON14_IDS_1BASED)
+    logits, hidden = model.forward(ids, return_hidden=True)
+    probs = softmax(logits[-1])
+    print("Lesson 14's toy GPT on gptcore (float64, the lesson's weights from seed(14))")
+    print(f"  config: V = {cfg.vocab_size}, T = {len(ids)}, d_model = {cfg.d_model}, {cfg.n_heads} heads, "
+          f"d_ff = {cfg.d_ff}, {cfg.n_layers} blocks, sinusoidal positions, untied head")
+    print(f"  ids (1-based): {LESSON14_IDS_1BASED}")
+    print(f"  ids -> H^(0) {hidden[0].shape} -> {cfg.n_layers} blocks -> logits {logits.shape}")
+    print("  H^(0) row 1, first 6:", " ".join(repr(float(v)) for v in hidden[0][0, :6]))
+    print(f"  |H^(N)| = {frobenius_norm(hidden[-1])!r}")
+    print("  |H^(l)|, l = 0..N:", " ".join(f"{frobenius_norm(h):.6f}" for h in hidden))
+    print(f"  argmax next token (1-based): {int(np.argmax(probs)) + 1}, "
+          f"probability {float(probs.max()):.6f}, sum of probabilities {float(probs.sum())!r}")
+    changed = ids.copy()
+    changed[-1] = 41  # the lesson's causality test: the last id becomes 42 (1-based)
+    other = model.forward(changed)
+    before = float(np.abs(other[:-1] - logits[:-1]).max())
+    last = float(np.abs(other[-1] - logits[-1]).max())
+    print(f"  causality: change the last token -> max |dlogits| at positions 1..7 = {before!r}, "
+          f"at position 8 = {last:.6f}")
+
+    gpt2 = GPTConfig.preset("gpt2")
+    print()
+    print(f"GPT-2 small size ({param_count(gpt2).total:,} parameters, random weights, float32), "
+          f"{get_num_threads()} threads, kernel {kernel()}")
+    weights = init_weights(gpt2, seed=0, scheme="gpt2", dtype="float32")
+    t0 = time.perf_counter()
+    big = Model(weights, gpt2)
+    print(f"  weights checked and packed in {time.perf_counter() - t0:.2f} s")
+    rng = np.random.default_rng(0)
+    for t in args.T:
+        x = rng.integers(0, gpt2.vocab_size, size=(1, t))
+        times = {"gptcore": [], "numpy": []}
+        for _ in range(args.repeat):  # alternate the two, keep the median
+            t0 = time.perf_counter()
+            ours = big.forward(x)
+            times["gptcore"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            ref = numpy_forward(weights, x, gpt2)
+            times["numpy"].append(time.perf_counter() - t0)
+        g, n = (float(np.median(v)) for v in times.values())
+        err = float(np.abs(ours - ref).max() / np.abs(ref).max())
+        print(f"  T = {t:5d}: gptcore {1e3 * g:8.1f} ms   numpy {1e3 * n:8.1f} ms   "
+              f"speed-up {n / g:5.2f} x   max relative difference {err:.1e}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """Time ``a @ b`` for a GPT-2-sized product with gptcore.matmul and with numpy."""
+    import numpy as np
+
+    from .linalg import matmul
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((args.m, args.k)).astype(args.dtype)
+    b = rng.standard_normal((args.k, args.n)).astype(args.dtype)
+    flop = 2.0 * args.m * args.k * args.n
+
+    def best(fn) -> float:
+        fn()
+        times = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    t_core = best(lambda: matmul(a, b))
+    t_np = best(lambda: a @ b)
+    print("\n".join(_table([(
+        f"({args.m} x {args.k}) @ ({args.k} x {args.n}) {args.dtype}, best of {args.repeat}",
+        [
+            ("gptcore.matmul", f"{flop / t_core / 1e9:.1f} GFLOP/s"),
+            ("numpy @", f"{flop / t_np / 1e9:.1f} GFLOP/s"),
+            ("speed-up over numpy", f"{t_np / t_core:.2f} x"),
+        ],
+    )])))
+    return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gptcore", description="GPT-style decoders on the CPU, exact and fast.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    info = sub.add_parser("info", help="parameters, FLOPs and memory of a preset model")
+    info.add_argument("model", choices=sorted(PRESETS), metavar="MODEL", help="one of: " + ", ".join(sorted(PRESETS)))
+    info.add_argument("--T", type=_positive, default=None, help="context length for FLOPs and logits (default: n_ctx)")
+    info.add_argument("--batch", type=_positive, default=1, help="batch size for the logits memory (default 1)")
+    info.add_argument("--bytes", type=_positive, default=4, help="bytes per logit (default 4, float32)")
+    info.add_argument("--lesson-counting", action="store_true",
+                      help="count as Lesson 14 does: FFN biases and LayerNorm affines, no attention biases")
+    info.add_argument("--no-blocks", action="store_true", help="leave the blocks out (placeholder skeleton, LM4-T1)")
+    info.set_defaults(func=_info)
+
+    demo = sub.add_parser("demo", help="Lesson 14's toy model on gptcore, then a GPT-2-size forward against numpy")
+    demo.add_argument("--T", type=_positive, nargs="+", default=[64, 256], help="sequence lengths to time (default 64 256)")
+    demo.add_argument("--repeat", type=_positive, default=3, help="timed runs of each (median; default 3)")
+    demo.set_defaults(func=_demo)
+
+    bench = sub.add_parser("bench", help="time a GPT-2-sized matmul against numpy")
+    bench.add_argument("--m", type=_positive, default=1024, help="rows of a (tokens; default 1024)")
+    bench.add_argument("--k", type=_positive, default=768, help="inner size (default 768)")
+    bench.add_argument("--n", type=_positive, default=3072, help="columns of b (default 3072)")
+    bench.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    bench.add_argument("--repeat", type=_positive, default=5, help="timed runs; the best is reported (default 5)")
+    bench.set_defaults(func=_bench)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``gptcore`` console script; returns the exit status."""
+    args = _parser().parse_args(None if argv is None else list(argv))
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # output piped into a reader that stopped early (head)
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
