@@ -121,13 +121,18 @@ def run_loop(seconds: float, timeout: float, seed: int, skip_known: bool) -> int
     work = Workdir()
     CRASHERS.mkdir(parents=True, exist_ok=True)
     current = work.root / "current-input"
+    print(f"each input is written to {current} before it is loaded (after a hang, it is the culprit)", flush=True)
     findings = n = loaded = 0
     start = time.monotonic()
     try:
         while time.monotonic() - start < seconds:
             data = rng.choice(pool)
-            for _ in range(rng.randint(1, 4)):
-                data = mutate(data, rng)
+            try:
+                for _ in range(rng.randint(1, 4)):
+                    data = mutate(data, rng)
+            except Exception:  # a mutator bug must not read as a finding in gptcore
+                traceback.print_exc()
+                continue
             if skip_known and known_bug(data):
                 continue
             current.write_bytes(data)

@@ -12,6 +12,7 @@ and by ``tests/test_loader_fuzz.py`` (hypothesis).
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -210,8 +211,9 @@ def _rebuild(header: dict, body: bytes, rng: random.Random, big: bool) -> bytes:
                 t[1] = rng.choice(same)
             else:
                 t[1] = rng.choice(sorted(_ITEM))
-                size = int(np.prod(t[2], dtype=np.int64)) * _ITEM[t[1]]
-                t[3] = (t[3] * (size // max(1, len(t[3])) + 1))[:size]
+                size = math.prod(t[2]) * _ITEM[t[1]]
+                if 0 <= size <= 1 << 22:
+                    t[3] = (t[3] * (size // max(1, len(t[3])) + 1))[:size]
         elif op == 3 and len(t[3]) >= 4:  # NaN, inf, -inf, max or a subnormal at random places
             b = bytearray(t[3])
             for _ in range(rng.randint(1, 4)):
@@ -320,8 +322,13 @@ class Workdir:
     /dev/shm when available, so that fuzzing does not wear a disk)."""
 
     def __init__(self) -> None:
-        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-        self.root = Path(tempfile.mkdtemp(prefix="gptcore-fuzz-", dir=base))
+        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+        # libFuzzer ends the process without Python's clean-up: remove what dead runs left
+        for old in Path(base).glob("gptcore-fuzz-*-*"):
+            pid = old.name.split("-")[2]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                shutil.rmtree(old, ignore_errors=True)
+        self.root = Path(tempfile.mkdtemp(prefix=f"gptcore-fuzz-{os.getpid()}-", dir=base))
         self.folder = self.root / "hf"
         self.folder.mkdir()
         shutil.copy(FIXTURE / "config.json", self.folder / "config.json")

@@ -201,9 +201,9 @@ def test_a_cache_used_from_several_threads_at_once_is_refused_not_deadlocked():
     root = str(Path(gptcore.__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
-        p = subprocess.run([sys.executable, "-c", _SHARED_CACHE], capture_output=True, text=True, timeout=30, env=env)
+        p = subprocess.run([sys.executable, "-c", _SHARED_CACHE], capture_output=True, text=True, timeout=20, env=env)
     except subprocess.TimeoutExpired:
-        pytest.fail("deadlock: threads stepping one cache hung the interpreter for 30 s")
+        pytest.fail("deadlock: threads stepping one cache hung the interpreter for 20 s")
     assert p.returncode == 0 and p.stdout.strip().endswith("OK"), p.stderr[-1500:]
 
 

@@ -923,31 +923,97 @@ def _has_module(name):
         return False
 
 
+CLI_BAD = [
+    [],
+    ["--no-such-flag"],
+    ["no-such-command"],
+    ["info"],
+    ["info", "gpt5"],
+    ["info", "gpt2", "--T", "0"],
+    ["info", "gpt2", "--T", "-3"],
+    ["info", "gpt2", "--T", "1e3"],
+    ["info", "gpt2", "--batch", "x"],
+    ["info", "gpt2", "--bytes", "0"],
+    ["bench", "--m", "0"],
+    ["bench", "--dtype", "float16"],
+    ["bench", "--m", "1000000", "--k", "1000000", "--n", "1000000", "--repeat", "1"],
+    ["bench", "--m", "100000000000", "--k", "1", "--n", "1", "--repeat", "1"],
+    ["demo", "--T", "2048", "--repeat", "1"],
+    ["demo", "--T", "99999999999", "--repeat", "1"],
+    ["demo", "--repeat", "0"],
+]
+
+
+@pytest.mark.skipif(not _has_module("gptcore.cli"), reason="no command line yet")
+@pytest.mark.parametrize("argv", CLI_BAD, ids=[" ".join(a) or "(none)" for a in CLI_BAD])
+def test_cli_bad_arguments_give_a_message_not_a_traceback(argv, capsys):
+    from gptcore.cli import main
+
+    try:
+        status = main(argv)
+    except SystemExit as e:  # argparse: usage message, status 2
+        status = e.code
+    err = capsys.readouterr().err
+    assert status not in (0, None), f"{argv} succeeded"
+    assert "error" in err and "Traceback" not in err, err[-500:]
+
+
 @pytest.mark.skipif(not _has_module("gptcore.__main__"), reason="no command line yet")
-@pytest.mark.parametrize("args", [["--no-such-flag"], ["no-such-command"], ["--help"]])
-def test_cli_bad_arguments_exit_cleanly(args):
+@pytest.mark.parametrize("args", [["--no-such-flag"], ["bench", "--m", "100000000000", "--k", "1", "--n", "1"], ["--help"]])
+def test_cli_process_exits_cleanly(args):
     root = str(Path(gptcore.__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-m", "gptcore", *args], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode >= 0, f"killed by signal {-p.returncode}"
     assert "Traceback" not in p.stderr, p.stderr[-1000:]
-    if args == ["--help"]:
-        assert p.returncode == 0
-    else:
-        assert p.returncode != 0
+    assert (p.returncode == 0) == (args == ["--help"])
+
+
+def _accounting():
+    import gptcore.accounting as acc
+
+    return acc
+
+
+ACCOUNTING_BAD = [
+    ("param_count", (None,), {}, TypeError),
+    ("param_count", ("gpt2",), {}, TypeError),
+    ("param_count", ({"d_model": 4},), {}, TypeError),
+    ("flops_per_token", (None,), {}, TypeError),
+    ("flops_per_token", (GPTConfig.preset("gpt2"),), {"T": 0}, ValueError),
+    ("flops_per_token", (GPTConfig.preset("gpt2"),), {"T": -1}, ValueError),
+    ("flops_per_token", (GPTConfig.preset("gpt2"),), {"T": 1.5}, TypeError),
+    ("flops_per_token", (GPTConfig.preset("gpt2"),), {"T": True}, TypeError),
+    ("flops_per_token", (GPTConfig.preset("gpt2"),), {"T": "1024"}, TypeError),
+    ("logits_memory", (0, 1, 1), {}, ValueError),
+    ("logits_memory", (1, 1.0, 1), {}, TypeError),
+    ("logits_memory", (1, 1, 1), {"bytes": 0}, ValueError),
+    ("chinchilla", (0,), {}, ValueError),
+    ("chinchilla", (1.5,), {}, TypeError),
+    ("chinchilla", (10,), {"bits_per_token": float("nan")}, ValueError),
+    ("chinchilla", (10,), {"bits_per_token": -1}, ValueError),
+    ("lesson14_counting", (None,), {}, TypeError),
+]
 
 
 @pytest.mark.skipif(not _has_module("gptcore.accounting"), reason="gptcore.accounting not merged yet")
-def test_accounting_rejects_non_configs():
-    import gptcore.accounting as acc
+@pytest.mark.parametrize("fn,args,kw,exc", ACCOUNTING_BAD, ids=[f"{c[0]}{i}" for i, c in enumerate(ACCOUNTING_BAD)])
+def test_accounting_rejects(fn, args, kw, exc):
+    f = getattr(_accounting(), fn, None)
+    if f is None:
+        pytest.skip(f"no gptcore.accounting.{fn}")
+    with pytest.raises(exc):
+        f(*args, **kw)
 
-    for fn in ("param_count", "flops_per_token"):
-        f = getattr(acc, fn, None)
-        if f is None:
-            continue
-        for bad in (None, 3, object()):
-            with pytest.raises((TypeError, ValueError)):
-                f(bad)
+
+@pytest.mark.skipif(not _has_module("gptcore.accounting"), reason="gptcore.accounting not merged yet")
+def test_accounting_huge_sizes_are_exact_integers():
+    acc = _accounting()
+    cfg = GPTConfig(vocab_size=10**9, n_ctx=10**9, d_model=2**20, n_heads=2**10, n_layers=10**4)
+    total = acc.param_count(cfg).total
+    assert isinstance(total, int) and total > 10**16
+    assert acc.logits_memory(10**9, 10**9, 10**9).nbytes == 4 * 10**27
+    assert acc.flops_per_token(cfg, T=10**12).attention == 4 * 10**12 * 2**20 * 10**4
 
 
 # ------------------------------------------------------------------------------------------

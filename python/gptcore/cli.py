@@ -126,6 +126,9 @@ def _demo(args: argparse.Namespace) -> int:
     from .numpy_forward import forward as numpy_forward
     from .weights import init_weights
 
+    too_long = [t for t in args.T if t > 1024]
+    if too_long:
+        raise ValueError(f"--T {too_long[0]} exceeds GPT-2's context of 1024 tokens")
     cfg = lesson14_config()
     model = Model(lesson14_weights(), cfg, dtype="float64")
     ids = to_zero_based(LESSON14_IDS_1BASED)
@@ -255,6 +258,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return args.func(args)
     except BrokenPipeError:  # output piped into a reader that stopped early (head)
         return 0
+    except (ValueError, MemoryError) as e:  # sizes the machine cannot hold, or out of range
+        print(f"gptcore {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover
