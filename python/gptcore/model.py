@@ -101,11 +101,10 @@ class Model:
         for key, arr in checked.items():
             if branch_scale != 1.0 and key.endswith("c_proj.weight"):
                 arr = np.asarray(arr, dtype=np_dtype) * np_dtype(branch_scale)
-            native_weights[key] = np.ascontiguousarray(arr, dtype=np_dtype)
+            native_weights[key] = np.require(arr, np_dtype, ["C", "A"])
         self._config = config
         self._dtype = name
         self._branch_scale = float(branch_scale)
-        self._weights = checked
         self._native = _native.NativeModel(
             native_weights,
             vocab_size=config.vocab_size,
@@ -380,9 +379,10 @@ class Model:
 
     # ---------------------------------------------------------------- files
     def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
-        """Write the weights the model was built from (before ``branch_scale``) as a Hugging
-        Face style folder (``config.json`` + ``model.safetensors``) or a ``.safetensors`` file."""
-        save_safetensors(self._weights, self._config, path)
+        """Write the weights the model computes with (in its dtype, ``branch_scale`` applied) as
+        a Hugging Face style folder (``config.json`` + ``model.safetensors``) or a
+        ``.safetensors`` file, so that :func:`load` gives back the same model."""
+        save_safetensors(self._native.export(), self._config, path)
 
 
 def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: Optional[GPTConfig] = None, **options: Any):

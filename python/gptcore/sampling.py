@@ -65,7 +65,8 @@ def choose(logits: np.ndarray, temperature: float, top_k, top_p, greedy: bool, r
     if greedy:
         tok = np.argmax(z, axis=-1)
     else:
-        f = filter_logits(z / temperature, top_k, top_p)
+        # Shift by the row max first: a tiny temperature then gives -inf, never NaN.
+        f = filter_logits((z - z.max(axis=-1, keepdims=True)) / temperature, top_k, top_p)
         p = np.exp(_log_softmax(f))
         u = rng.random(z.shape[0])
         cdf = np.cumsum(p, axis=-1)

@@ -145,25 +145,44 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
                 scratch.l[i] = scratch.l[i] + sum;
             }
         }
-        // O += P V for this key block.
+        // O += P V for this key block. Each row's chain runs over exactly its own visible keys:
+        // a group of rows goes through the kernel up to the first row's last visible key, and
+        // the rows that see further continue their chains one key at a time (the same fused
+        // operations in the same order), so masked positions are never touched (a NaN there
+        // cannot leak backwards).
         pack_rows(&scratch.s, KB, nq, nkeys, mr, &mut scratch.ppack);
+        let valid = |i: usize| if causal { (q0 + i + 1).saturating_sub(k0).min(nkeys) } else { nkeys };
         let mut c0 = 0;
         let mut jp = 0;
         while c0 < dh {
             let cols = nr.min(dh - c0);
+            let vpanel = kv.v_panel(kb, jp);
             let mut i = 0;
             while i < nq {
                 let rows = mr.min(nq - i);
-                (spec.run)(
-                    rows,
-                    cols,
-                    nkeys,
-                    scratch.ppack.as_ptr().add(i * nkeys),
-                    kv.v_panel(kb, jp),
-                    out.add(i * ldo + c0),
-                    ldo,
-                    true,
-                );
+                let kc = valid(i);
+                if kc > 0 {
+                    (spec.run)(
+                        rows,
+                        cols,
+                        kc,
+                        scratch.ppack.as_ptr().add(i * nkeys),
+                        vpanel,
+                        out.add(i * ldo + c0),
+                        ldo,
+                        true,
+                    );
+                }
+                for r in 1..rows {
+                    for key in kc..valid(i + r) {
+                        let p = scratch.s[(i + r) * KB + key];
+                        let vrow = std::slice::from_raw_parts(vpanel.add(key * nr), cols);
+                        let orow = std::slice::from_raw_parts_mut(out.add((i + r) * ldo + c0), cols);
+                        for (o, &v) in orow.iter_mut().zip(vrow) {
+                            *o = p.mul_add(v, *o);
+                        }
+                    }
+                }
                 i += rows;
             }
             c0 += cols;

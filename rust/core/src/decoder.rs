@@ -208,7 +208,7 @@ impl<T: Float> Model<T> {
         let linear = |prefix: &str, k: usize, n: usize, bias: bool| -> Result<Linear<T>> {
             let w = get(&format!("{prefix}.weight"), &[k, n])?;
             Ok(Linear {
-                w: PackedB::pack(MatRef::from_slice(w, k, n)),
+                w: PackedB::try_pack(MatRef::from_slice(w, k, n))?,
                 b: if bias { Some(get(&format!("{prefix}.bias"), &[n])?.to_vec()) } else { None },
             })
         };
@@ -229,8 +229,52 @@ impl<T: Float> Model<T> {
         let ln_f = norm("ln_f")?;
         // The head multiplies by W^T where W is (V, d): a transposed view, packed once.
         let head_src: &[T] = if cfg.tied { &wte } else { get("lm_head.weight", &[v, d])? };
-        let head = PackedB::pack(unsafe { MatRef::from_raw(head_src.as_ptr(), d, v, 1, d as isize) });
+        let head = PackedB::try_pack(unsafe { MatRef::from_raw(head_src.as_ptr(), d, v, 1, d as isize) })?;
         Ok(Model { cfg, wte, wpe, blocks, ln_f, head })
+    }
+
+    /// Every weight the model computes with, under its Hugging Face name, as
+    /// `(name, shape, row-major values)` (packed matrices unpacked; `lm_head.weight` only
+    /// when untied).
+    pub fn export(&self) -> Vec<(String, Vec<usize>, Vec<T>)> {
+        let (d, v) = (self.cfg.d_model, self.cfg.vocab_size);
+        let mut out = vec![("wte.weight".to_string(), vec![v, d], self.wte.clone())];
+        if let Some(wpe) = &self.wpe {
+            out.push(("wpe.weight".into(), vec![self.cfg.n_ctx, d], wpe.clone()));
+        }
+        let norm = |out: &mut Vec<(String, Vec<usize>, Vec<T>)>, name: &str, n: &Norm<T>| {
+            if let Some((g, b)) = &n.affine {
+                out.push((format!("{name}.weight"), vec![g.len()], g.clone()));
+                out.push((format!("{name}.bias"), vec![b.len()], b.clone()));
+            }
+        };
+        let linear = |out: &mut Vec<(String, Vec<usize>, Vec<T>)>, name: &str, l: &Linear<T>| {
+            out.push((format!("{name}.weight"), vec![l.w.rows(), l.w.cols()], l.w.unpack()));
+            if let Some(b) = &l.b {
+                out.push((format!("{name}.bias"), vec![b.len()], b.clone()));
+            }
+        };
+        for (i, blk) in self.blocks.iter().enumerate() {
+            norm(&mut out, &format!("h.{i}.ln_1"), &blk.ln1);
+            linear(&mut out, &format!("h.{i}.attn.c_attn"), &blk.qkv);
+            linear(&mut out, &format!("h.{i}.attn.c_proj"), &blk.proj);
+            norm(&mut out, &format!("h.{i}.ln_2"), &blk.ln2);
+            linear(&mut out, &format!("h.{i}.mlp.c_fc"), &blk.fc);
+            linear(&mut out, &format!("h.{i}.mlp.c_proj"), &blk.fc_proj);
+        }
+        norm(&mut out, "ln_f", &self.ln_f);
+        if !self.cfg.tied {
+            // The head is packed as W^T (d x V); the checkpoint stores W (V x d).
+            let wt = self.head.unpack();
+            let mut w = vec![T::ZERO; v * d];
+            for r in 0..d {
+                for c in 0..v {
+                    w[c * d + r] = wt[r * v + c];
+                }
+            }
+            out.push(("lm_head.weight".into(), vec![v, d], w));
+        }
+        out
     }
 
     pub fn new_cache(&self, batch: usize) -> KvCache<T> {

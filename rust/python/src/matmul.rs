@@ -25,13 +25,13 @@ impl PackedMatrix {
         if let Ok(b) = b.extract::<PyReadonlyArray2<f32>>() {
             let v = view2(&b);
             let v = v.mat();
-            let p = detach(py, || PackedB::pack(v))?;
+            let p = detach(py, || PackedB::try_pack(v))?.map_err(to_py_err)?;
             return Ok(PackedMatrix { inner: Packed::F32(p) });
         }
         if let Ok(b) = b.extract::<PyReadonlyArray2<f64>>() {
             let v = view2(&b);
             let v = v.mat();
-            let p = detach(py, || PackedB::pack(v))?;
+            let p = detach(py, || PackedB::try_pack(v))?.map_err(to_py_err)?;
             return Ok(PackedMatrix { inner: Packed::F64(p) });
         }
         Err(PyTypeError::new_err("PackedMatrix: b must be a 2-D float32 or float64 numpy array"))
@@ -127,13 +127,13 @@ fn matmul<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, ke
     if let (Ok(a), Ok(b)) = (a.extract::<PyReadonlyArray2<f32>>(), b.extract::<PyReadonlyArray2<f32>>()) {
         let bv = view2(&b);
         let bv = bv.mat();
-        let pb = detach(py, || PackedB::pack(bv))?;
+        let pb = detach(py, || PackedB::try_pack(bv))?.map_err(to_py_err)?;
         return Ok(product(py, a, &pb, forced)?.into_any());
     }
     if let (Ok(a), Ok(b)) = (a.extract::<PyReadonlyArray2<f64>>(), b.extract::<PyReadonlyArray2<f64>>()) {
         let bv = view2(&b);
         let bv = bv.mat();
-        let pb = detach(py, || PackedB::pack(bv))?;
+        let pb = detach(py, || PackedB::try_pack(bv))?.map_err(to_py_err)?;
         return Ok(product(py, a, &pb, forced)?.into_any());
     }
     Err(PyTypeError::new_err("matmul: a and b must be 2-D numpy arrays of one dtype, float32 or float64"))

@@ -14,7 +14,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 enum AnyModel {
@@ -30,7 +30,11 @@ enum AnyCache {
 #[pyclass(frozen, module = "gptcore._native")]
 pub struct NativeModel {
     inner: AnyModel,
+    /// Unique per model: a cache remembers which model made it.
+    id: u64,
 }
+
+static NEXT_MODEL_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Keys and values of a batch of sequences, kept between decode steps.
 ///
@@ -43,6 +47,8 @@ pub struct NativeCache {
     inner: Mutex<AnyCache>,
     batch: usize,
     len: AtomicUsize,
+    model_id: u64,
+    dtype: &'static str,
 }
 
 impl NativeCache {
@@ -198,7 +204,7 @@ impl NativeModel {
             "float64" => AnyModel::F64(build(py, cfg, weights, attn_bias, mlp_bias, ln_affine)?),
             _ => return Err(PyValueError::new_err(format!("dtype must be 'float32' or 'float64', got {dtype:?}"))),
         };
-        Ok(NativeModel { inner })
+        Ok(NativeModel { inner, id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed) })
     }
 
     /// Forward pass over ids (B, T) int64: returns (logits (rows, V), hidden or None).
@@ -226,7 +232,7 @@ impl NativeModel {
             AnyModel::F32(m) => AnyCache::F32(m.new_cache(batch)),
             AnyModel::F64(m) => AnyCache::F64(m.new_cache(batch)),
         };
-        Ok(NativeCache { inner: Mutex::new(inner), batch, len: AtomicUsize::new(0) })
+        Ok(NativeCache { inner: Mutex::new(inner), batch, len: AtomicUsize::new(0), model_id: self.id, dtype: self.dtype() })
     }
 
     /// Process new positions ids (B, T_new) after those in `cache`; returns logits.
@@ -234,6 +240,16 @@ impl NativeModel {
     fn step<'py>(&self, py: Python<'py>, cache: &Bound<'py, NativeCache>, ids: PyReadonlyArray2<'py, i64>, logits: &str) -> PyResult<Bound<'py, PyAny>> {
         let mode = parse_logits(logits)?;
         let cache = cache.get();
+        if cache.dtype != self.dtype() {
+            return Err(PyTypeError::new_err(format!(
+                "step: the cache was made by a model of another dtype ({}; this model computes in {})",
+                cache.dtype,
+                self.dtype()
+            )));
+        }
+        if cache.model_id != self.id {
+            return Err(PyValueError::new_err("step: this cache was made by another model (use model.new_cache())"));
+        }
         let mut guard = cache
             .inner
             .try_lock()
@@ -275,6 +291,23 @@ impl NativeModel {
             }
         };
         Ok(PyArray1::from_vec(py, out).into_any())
+    }
+
+    /// The weights the model computes with, as a dict of new numpy arrays.
+    fn export<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        macro_rules! put {
+            ($m:expr) => {
+                for (name, shape, data) in detach(py, || $m.export())? {
+                    out.set_item(name, PyArray1::from_vec(py, data).reshape(shape)?)?;
+                }
+            };
+        }
+        match &self.inner {
+            AnyModel::F32(m) => put!(m),
+            AnyModel::F64(m) => put!(m),
+        }
+        Ok(out)
     }
 
     #[getter]

@@ -45,13 +45,19 @@ pub struct PackedB<T: Element> {
 }
 
 impl<T: Element> PackedB<T> {
-    /// Pack a (K x N) matrix given with any strides.
+    /// Pack a (K x N) matrix given with any strides (panics if memory runs out; see
+    /// [`PackedB::try_pack`]).
     pub fn pack(b: MatRef<'_, T>) -> PackedB<T> {
+        Self::try_pack(b).expect("out of memory packing a matrix")
+    }
+
+    /// Pack a (K x N) matrix given with any strides, or `Error::Memory` stating the bytes.
+    pub fn try_pack(b: MatRef<'_, T>) -> crate::Result<PackedB<T>> {
         let (k, n) = (b.rows, b.cols);
         let kb = KBlocks::new(k, super::tuning::kc_max::<T>());
         let panels = n.div_ceil(T::NR);
         let npad = panels * T::NR;
-        let mut data = vec![T::ZERO; npad * k];
+        let mut data = crate::error::try_zeroed::<T>(npad.saturating_mul(k), "packing a matrix")?;
         if k > 0 && n > 0 {
             let work = k * n;
             let ptr = threads::SendPtr(data.as_mut_ptr());
@@ -75,7 +81,26 @@ impl<T: Element> PackedB<T> {
                 (0..panels).for_each(pack_panel);
             }
         }
-        PackedB { data, k, n, kb }
+        Ok(PackedB { data, k, n, kb })
+    }
+
+    /// The matrix back in row-major (K x N) order.
+    pub fn unpack(&self) -> Vec<T> {
+        let (k, n) = (self.k, self.n);
+        let mut out = vec![T::ZERO; k * n];
+        for p in 0..self.kb.count {
+            let (k0, kc) = self.kb.block(p);
+            for jp in 0..n.div_ceil(T::NR) {
+                let src = self.panel(p, jp);
+                let j0 = jp * T::NR;
+                for kk in 0..kc {
+                    for j in 0..T::NR.min(n - j0) {
+                        out[(k0 + kk) * n + j0 + j] = unsafe { *src.add(kk * T::NR + j) };
+                    }
+                }
+            }
+        }
+        out
     }
 
     pub fn rows(&self) -> usize {
