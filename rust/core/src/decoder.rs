@@ -100,8 +100,12 @@ impl<T: Float> Linear<T> {
     /// `out (rows x n) = x (rows x k) @ W + b`.
     fn apply(&self, x: &[T], rows: usize, out: &mut Vec<T>) {
         let (k, n) = (self.w.rows(), self.w.cols());
-        out.clear();
-        out.resize(rows * n, T::ZERO);
+        // The product writes every element of `out`, so a buffer of the right size is reused
+        // as it is (no zero fill).
+        if out.len() != rows * n {
+            out.clear();
+            out.resize(rows * n, T::ZERO);
+        }
         gemm::gemm(MatRef::from_slice(x, rows, k), &self.w, out, n);
         if let Some(b) = &self.b {
             for_rows(out, n, |_, row| {
@@ -166,8 +170,10 @@ fn for_rows<T: Send>(buf: &mut [T], width: usize, f: impl Fn(usize, &mut [T]) + 
 }
 
 fn layernorm<T: Float>(x: &[T], out: &mut Vec<T>, d: usize, norm: &Norm<T>, eps: T) {
-    out.clear();
-    out.resize(x.len(), T::ZERO);
+    if out.len() != x.len() {
+        out.clear();
+        out.resize(x.len(), T::ZERO);
+    }
     let aff = norm.affine.as_ref().map(|(g, b)| (g.as_slice(), b.as_slice()));
     for_rows(out, d, |i, row| ops::layernorm_row(&x[i * d..(i + 1) * d], row, aff, eps));
 }
@@ -420,8 +426,11 @@ impl<T: Float> Model<T> {
                 heads.iter_mut().enumerate().for_each(fill);
             }
             ph.mark("kv append");
-            att.clear();
-            att.resize(rows * d, T::ZERO);
+            // Every (row, head) block of `att` is written by exactly one attention item.
+            if att.len() != rows * d {
+                att.clear();
+                att.resize(rows * d, T::ZERO);
+            }
             // Work items: (sequence, head, query block aligned to KB).
             let mut items = Vec::new();
             for b in 0..batch {
