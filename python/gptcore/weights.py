@@ -73,11 +73,20 @@ PathLike = Union[str, "os.PathLike[str]"]
 INIT_SCHEMES = ("gpt2", "lesson", "xavier", "kaiming")
 
 _PREFIX = "transformer."
-_MASK_BUFFER = re.compile(r"^h\.(\d+)\.attn\.bias$")
-_MASKED_BIAS = re.compile(r"^h\.(\d+)\.attn\.masked_bias$")
-_BLOCK_NAME = re.compile(r"^h\.(\d+)\.(.+)$")
+_MASK_BUFFER = re.compile(r"^h\.([0-9]+)\.attn\.bias$")
+_MASKED_BIAS = re.compile(r"^h\.([0-9]+)\.attn\.masked_bias$")
+_BLOCK_NAME = re.compile(r"^h\.([0-9]+)\.(.+)$")
+# Longer block numbers are not converted (Python refuses int() of over 4300 digits); such a
+# name is far beyond any model and is reported as unexpected.
+_MAX_INDEX_DIGITS = 1000
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _CONFIG_METADATA_KEY = "gptcore_config"
+# safetensors dtypes read through numpy; F8_*, C64 and others are refused by name (integer and
+# bool tensors are read, then refused by the dtype check with numpy's name for the type).
+_NUMPY_DTYPES = frozenset({"F16", "F32", "F64", "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64", "BOOL"})
+# validate() gives a summary instead of listing names when the configuration asks for this many
+# more tensors than there are (every block has at least four).
+_LAYER_SLACK = 4096
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,9 +211,18 @@ def _as_accepted_float(fn: str, name: str, a: np.ndarray) -> np.ndarray:
     )
 
 
-def _hint(name: str, config: GPTConfig) -> str:
+def _block_index(name: str) -> Optional[int]:
+    """The block number of ``h.{i}.…`` (``-1`` for a number too long to convert), else None."""
     m = _BLOCK_NAME.match(name)
-    if m and int(m.group(1)) >= config.n_layers:
+    if not m:
+        return None
+    digits = m.group(1)
+    return -1 if len(digits) > _MAX_INDEX_DIGITS else int(digits)
+
+
+def _hint(name: str, config: GPTConfig) -> str:
+    i = _block_index(name)
+    if i is not None and (i < 0 or i >= config.n_layers):
         return f" (config.n_layers={config.n_layers})"
     if name == "wpe.weight":
         return f" (config.pos={config.pos!r})"
@@ -228,6 +246,12 @@ def validate(weights: Mapping[str, np.ndarray], config: GPTConfig) -> Weights:
     """
     _check_config("validate", config)
     w = _normalize(weights, "validate", drop_tied_head=config.tied)
+    if 4 * config.n_layers > len(w) + _LAYER_SLACK:
+        # listing the missing names would take as long as the configuration is absurd
+        raise ValueError(
+            f"validate: the weights do not match the config: config.n_layers={config.n_layers} but "
+            f"the weights hold {len(w)} tensors (each block has at least 4)"
+        )
     expected = expected_shapes(config)
     problems: List[str] = []
     for name, shape in expected.items():
@@ -252,10 +276,26 @@ def validate(weights: Mapping[str, np.ndarray], config: GPTConfig) -> Weights:
 def _layer_indices(names) -> List[int]:
     found = set()
     for name in names:
-        m = _BLOCK_NAME.match(name)
-        if m:
-            found.add(int(m.group(1)))
+        i = _block_index(name)
+        if i is not None and i >= 0:
+            found.add(i)
     return sorted(found)
+
+
+def _missing_indices(present: List[int], first: int = 10) -> Tuple[List[int], int]:
+    """The first ``first`` numbers in ``0 .. max(present)`` absent from the sorted ``present``,
+    and how many are absent in all (from the gaps; the full range is never built)."""
+    shown: List[int] = []
+    total = 0
+    prev = -1
+    for i in present:
+        gap = i - prev - 1
+        if gap > 0:
+            total += gap
+            if len(shown) < first:
+                shown.extend(range(prev + 1, min(i, prev + 1 + first - len(shown))))
+        prev = i
+    return shown, total
 
 
 def infer_config(
@@ -282,9 +322,10 @@ def infer_config(
         raise ValueError(f"infer_config: 'wte.weight' must be 2-D (vocab_size, d_model), got shape {wte.shape}")
     vocab_size, d_model = (int(s) for s in wte.shape)
     layers = _layer_indices(w)
-    if layers != list(range(len(layers))):
-        missing = sorted(set(range(max(layers) + 1)) - set(layers))
-        raise ValueError(f"infer_config: blocks must be numbered 0..N-1; no tensors for block(s) {missing}")
+    if layers and layers[-1] != len(layers) - 1:
+        missing, count = _missing_indices(layers)
+        more = f" and {count - len(missing)} more (the highest block is {layers[-1]})" if count > len(missing) else ""
+        raise ValueError(f"infer_config: blocks must be numbered 0..N-1; no tensors for block(s) {missing}{more}")
     n_layers = len(layers)
     if n_heads is None:
         if d_model % 64 != 0:
@@ -439,8 +480,18 @@ def _read_bf16(path: Path, names: List[str]) -> Weights:
     return out
 
 
+def _unreadable(path: Path, e: OSError) -> ValueError:
+    return ValueError(f"load_safetensors: {str(path)!r} cannot be read: {e.strerror or e}")
+
+
 def _read_file(path: Path) -> Tuple[Weights, Dict[str, str]]:
     from safetensors import SafetensorError, safe_open
+
+    def unsupported(key: str, dt: str, why: str = "") -> TypeError:
+        return TypeError(
+            f"load_safetensors: tensor {key!r} in {str(path)!r} has dtype {dt}, which numpy cannot "
+            f"hold; expected F32, F64, F16 or BF16{why}"
+        )
 
     out: Weights = {}
     bf16: List[str] = []
@@ -452,21 +503,82 @@ def _read_file(path: Path) -> Tuple[Weights, Dict[str, str]]:
                 if dt == "BF16":
                     bf16.append(key)
                     continue
+                if dt not in _NUMPY_DTYPES:
+                    # e.g. F8_E4M3 / F8_E5M2: safetensors' numpy reader fails on them with
+                    # AttributeError, so they never reach get_tensor
+                    raise unsupported(key, dt)
                 try:
                     out[key] = f.get_tensor(key)
-                except (TypeError, ValueError, SafetensorError) as e:
-                    raise TypeError(
-                        f"load_safetensors: tensor {key!r} in {str(path)!r} has dtype {dt}, which "
-                        f"numpy cannot hold; expected F32, F64, F16 or BF16 ({e})"
-                    ) from None
+                except (TypeError, ValueError, AttributeError, SafetensorError) as e:
+                    raise unsupported(key, dt, f" ({e})") from None
+        if bf16:
+            out.update(_read_bf16(path, bf16))
     except SafetensorError as e:
         raise ValueError(f"load_safetensors: {str(path)!r} is not a readable safetensors file: {e}") from None
-    if bf16:
-        out.update(_read_bf16(path, bf16))
+    except FileNotFoundError:
+        raise _not_found("the file disappeared while being read", path) from None
+    except OSError as e:  # a device, a folder, no permission, an I/O error
+        raise _unreadable(path, e) from None
     return out, metadata
 
 
-def _config_from_hf(cfg: Mapping[str, Any], where: Path) -> GPTConfig:
+def _read_json(path: Path, what: str) -> Any:
+    """The parsed contents of the JSON file ``path``; ``ValueError`` naming it otherwise."""
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            return json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"load_safetensors: {str(path)!r} is not valid JSON ({what}): {e}") from None
+    except FileNotFoundError:
+        raise _not_found(f"{what} disappeared while being read", path) from None
+    except OSError as e:
+        raise _unreadable(path, e) from None
+
+
+def _shard_files(folder: Path, index: Path) -> List[Path]:
+    """The shard files that ``model.safetensors.index.json`` names, checked: plain file names
+    in ``folder`` (no paths, so that an index cannot point elsewhere), each present."""
+    content = _read_json(index, "the shard index")
+    if not isinstance(content, dict):
+        raise ValueError(
+            f"load_safetensors: {str(index)!r} must hold a JSON object with a 'weight_map', "
+            f"got a {type(content).__name__}"
+        )
+    weight_map = content.get("weight_map", {})
+    if not isinstance(weight_map, dict):
+        raise ValueError(
+            f"load_safetensors: the 'weight_map' in {str(index)!r} must be an object of tensor name -> "
+            f"shard file name, got a {type(weight_map).__name__}"
+        )
+    names = set()
+    for key, name in weight_map.items():
+        if not isinstance(name, str):
+            raise ValueError(
+                f"load_safetensors: the 'weight_map' in {str(index)!r} gives {name!r} as the shard of "
+                f"{key!r}; expected a file name (str)"
+            )
+        names.add(name)
+    files = []
+    for name in sorted(names):
+        if name in ("", ".", "..") or "\0" in name or "\\" in name or Path(name).name != name:
+            raise ValueError(
+                f"load_safetensors: {str(index)!r} names the shard {name!r}; a shard must be a plain "
+                "file name in the checkpoint's folder"
+            )
+        f = folder / name
+        if not f.is_file():
+            raise _not_found(f"shard named by {index.name} is missing", f)
+        files.append(f)
+    return files
+
+
+def _config_from_hf(cfg: Any, where: Path) -> GPTConfig:
+    if not isinstance(cfg, dict):
+        raise ValueError(
+            f"load_safetensors: {str(where)!r} must hold a JSON object of GPT-2 settings, got a "
+            f"{type(cfg).__name__}"
+        )
+
     def get(*keys: str, default: Any = KeyError) -> Any:
         for k in keys:
             if k in cfg and cfg[k] is not None:
@@ -489,7 +601,19 @@ def _config_from_hf(cfg: Mapping[str, Any], where: Path) -> GPTConfig:
             f"load_safetensors: {str(where)!r} changes the attention scaling (scale_attn_weights / "
             "scale_attn_by_inverse_layer_idx); gptcore scales scores by 1/sqrt(d_head) only"
         )
-    extra = cfg.get("gptcore") or {}
+    extra = cfg.get("gptcore")
+    if extra is None:
+        extra = {}
+    if not isinstance(extra, dict):
+        raise ValueError(
+            f"load_safetensors: the 'gptcore' entry of {str(where)!r} must be an object, got a "
+            f"{type(extra).__name__}"
+        )
+    tied = get("tie_word_embeddings", default=True)
+    if not isinstance(tied, bool):
+        raise ValueError(
+            f"load_safetensors: 'tie_word_embeddings' in {str(where)!r} must be true or false, got {tied!r}"
+        )
     d_model = get("n_embd", "hidden_size")
     try:
         return GPTConfig(
@@ -500,13 +624,13 @@ def _config_from_hf(cfg: Mapping[str, Any], where: Path) -> GPTConfig:
             n_layers=get("n_layer", "num_hidden_layers"),
             d_ff=get("n_inner", default=None),
             pos=extra.get("pos", "learned"),
-            tied=bool(get("tie_word_embeddings", default=True)),
+            tied=tied,
             bias=extra.get("bias", True),
             attn_bias=extra.get("attn_bias", None),
             ln_affine=extra.get("ln_affine", True),
             ln_eps=float(get("layer_norm_epsilon", default=1e-5)),
         )
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise ValueError(f"load_safetensors: {str(where)!r} does not give a valid configuration: {e}") from None
 
 
@@ -564,9 +688,13 @@ def load_safetensors(
     when ``config`` is known, validated against it. Files are read through
     ``safetensors.safe_open`` (memory-mapped; nothing is unpickled).
 
-    Raises ``FileNotFoundError`` (with the path) if nothing is there, ``ValueError`` for a pickle
-    checkpoint (with how to convert it), an unreadable file, or a ``config.json`` that disagrees
-    with the tensors.
+    Raises ``FileNotFoundError`` (with the path) if nothing is there or a shard is missing,
+    ``ValueError`` (naming the file) for a pickle checkpoint (with how to convert it), a file
+    that cannot be read or is not valid safetensors, a ``config.json`` or
+    ``model.safetensors.index.json`` that is not valid JSON of the expected form, an index that
+    names a shard outside the folder, or a configuration that disagrees with the tensors, and
+    ``TypeError`` for a tensor whose dtype is not a float type numpy can hold (F8 types, for
+    example) or not float at all.
     """
     try:
         p = Path(os.fspath(path))
@@ -583,14 +711,12 @@ def load_safetensors(
         if (p / "model.safetensors").is_file():
             files = [p / "model.safetensors"]
         elif index.is_file():
-            with open(index, "r", encoding="utf-8") as fh:
-                weight_map = json.load(fh).get("weight_map", {})
-            files = [p / name for name in sorted(set(weight_map.values()))]
-            for f in files:
-                if not f.is_file():
-                    raise _not_found(f"shard named by {index.name} is missing", f)
+            files = _shard_files(p, index)
         else:
-            pickles = sorted(q.name for q in p.iterdir() if q.suffix in _PICKLE_SUFFIXES)
+            try:
+                pickles = sorted(q.name for q in p.iterdir() if q.suffix in _PICKLE_SUFFIXES)
+            except OSError as e:
+                raise _unreadable(p, e) from None
             if pickles:
                 raise _pickle_error(p / pickles[0])
             raise _not_found("the folder has no model.safetensors", p / "model.safetensors")
@@ -611,17 +737,13 @@ def load_safetensors(
     config: Optional[GPTConfig] = None
     source = ""
     if config_file is not None:
-        try:
-            with open(config_file, "r", encoding="utf-8") as fh:
-                cfg = json.load(fh)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"load_safetensors: {str(config_file)!r} is not valid JSON: {e}") from None
+        cfg = _read_json(config_file, "the model configuration")
         config = _config_from_hf(cfg, config_file)
         source = str(config_file)
     elif _CONFIG_METADATA_KEY in metadata:
         try:
             config = GPTConfig(**json.loads(metadata[_CONFIG_METADATA_KEY]))
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, RecursionError) as e:
             raise ValueError(f"load_safetensors: the configuration stored in {str(p)!r} is invalid: {e}") from None
         source = f"the metadata of {str(p)!r}"
 
