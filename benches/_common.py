@@ -198,6 +198,13 @@ def _calibrate(fn: Callable[[], object], min_time: float, max_inner: int) -> int
     return int(max(1, min(max_inner, math.ceil(min_time / t))))
 
 
+#: Seconds to sleep before each multi-threaded sample. OpenBLAS's worker threads spin for
+#: about 2^28 cycles (~70 ms here) after a call and OpenMP runtimes spin too; a spinning
+#: thread of the previous library would take a core from the next one. 0.05 s was too short:
+#: gptcore's second thread then shared a core with OpenBLAS's spinner.
+SETTLE_THREADED = 0.25
+
+
 def compare(
     fns: Dict[str, Callable[[], object]],
     reps: int,

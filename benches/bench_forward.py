@@ -36,6 +36,7 @@ import sys
 import time
 
 from _common import (
+    SETTLE_THREADED,
     closing_line,
     compare,
     environment_report,
@@ -273,7 +274,7 @@ def main():
     rng = np.random.default_rng(args.seed)
     for threads in threads_list:
         set_threads(threads, torch)
-        settle = 0.05 if threads > 1 else 0.0
+        settle = SETTLE_THREADED if threads > 1 else 0.0
         for (B, T) in configs:
             ids = rng.integers(0, config.vocab_size, size=(B, T), dtype=np.int64)
             fns = {n: (lambda run=runners[n]: run(ids)) for n in names}

@@ -28,6 +28,7 @@ import argparse
 import time
 
 from _common import (
+    SETTLE_THREADED,
     closing_line,
     bandwidth,
     compare,
@@ -142,7 +143,7 @@ def main():
             if not fns:
                 print("nothing to time: neither gptcore.Model nor transformers is available")
                 return
-            res = compare(fns, reps=reps, min_time=0.0, settle=0.05 if threads > 1 else 0.0)
+            res = compare(fns, reps=reps, min_time=0.0, settle=SETTLE_THREADED if threads > 1 else 0.0)
             tok = {k: B * NEW / r.median for k, r in res.items()}
             bw_bound = B * bandwidth(threads) / wbytes
             floor = B * NEW / generation_floor(config, weights, B, threads)

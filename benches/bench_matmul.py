@@ -19,6 +19,7 @@ import math
 import time
 
 from _common import (
+    SETTLE_THREADED,
     closing_line,
     STREAM_BYTES,
     bandwidth,
@@ -150,7 +151,7 @@ def main():
     for dtype in dtypes:
         for threads in threads_list:
             set_threads(threads)
-            settle = (0.05 if args.settle is None else args.settle) if threads > 1 else 0.0
+            settle = (SETTLE_THREADED if args.settle is None else args.settle) if threads > 1 else 0.0
             cases = [(m, k, n) for (k, n) in shapes for m in t_values]
             if square:
                 cases.append((2048, 2048, 2048))
