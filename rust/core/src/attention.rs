@@ -88,7 +88,12 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
     debug_assert!(last < kv.len);
     // Pack the query rows once: they are the A operand of every score tile.
     let qview = MatRef::from_raw(q, nq, dh, ldq as isize, 1);
-    pack_a(qview, spec.mr, KBlocks::new(dh, dh.max(1)), &mut scratch.qpack);
+    pack_a(
+        qview,
+        spec.mr,
+        KBlocks::new(dh, dh.max(1)),
+        &mut scratch.qpack,
+    );
     scratch.s.clear();
     scratch.s.resize(nq * KB, T::ZERO);
     scratch.m.clear();
@@ -127,7 +132,11 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
         }
         // Online softmax update, row by row.
         for i in 0..nq {
-            let valid = if causal { (q0 + i + 1).saturating_sub(k0).min(nkeys) } else { nkeys };
+            let valid = if causal {
+                (q0 + i + 1).saturating_sub(k0).min(nkeys)
+            } else {
+                nkeys
+            };
             let row = &mut scratch.s[i * KB..i * KB + nkeys];
             let m_old = scratch.m[i];
             let (mx, sum) = T::softmax_step(row, valid, scale, m_old);
@@ -151,7 +160,13 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
         // operations in the same order), so masked positions are never touched (a NaN there
         // cannot leak backwards).
         pack_rows(&scratch.s, KB, nq, nkeys, mr, &mut scratch.ppack);
-        let valid = |i: usize| if causal { (q0 + i + 1).saturating_sub(k0).min(nkeys) } else { nkeys };
+        let valid = |i: usize| {
+            if causal {
+                (q0 + i + 1).saturating_sub(k0).min(nkeys)
+            } else {
+                nkeys
+            }
+        };
         let mut c0 = 0;
         let mut jp = 0;
         while c0 < dh {
@@ -177,7 +192,8 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
                     for key in kc..valid(i + r) {
                         let p = scratch.s[(i + r) * KB + key];
                         let vrow = std::slice::from_raw_parts(vpanel.add(key * nr), cols);
-                        let orow = std::slice::from_raw_parts_mut(out.add((i + r) * ldo + c0), cols);
+                        let orow =
+                            std::slice::from_raw_parts_mut(out.add((i + r) * ldo + c0), cols);
                         for (o, &v) in orow.iter_mut().zip(vrow) {
                             *o = p.mul_add(v, *o);
                         }
@@ -201,7 +217,14 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
 /// Pack rows `0..nq` (first `nk` values each, row stride `ld`) of `src` into `mr`-row panels
 /// stored k-major (the A layout of the micro-kernels), zero-padding the last panel.
 #[inline(always)]
-fn pack_rows<T: Copy + Default>(src: &[T], ld: usize, nq: usize, nk: usize, mr: usize, dst: &mut Vec<T>) {
+fn pack_rows<T: Copy + Default>(
+    src: &[T],
+    ld: usize,
+    nq: usize,
+    nk: usize,
+    mr: usize,
+    dst: &mut Vec<T>,
+) {
     let panels = nq.div_ceil(mr);
     dst.clear();
     dst.resize(panels * mr * nk, T::default());
@@ -227,6 +250,12 @@ pub struct Scratch<T> {
 
 impl<T> Default for Scratch<T> {
     fn default() -> Self {
-        Scratch { qpack: Vec::new(), ppack: Vec::new(), s: Vec::new(), m: Vec::new(), l: Vec::new() }
+        Scratch {
+            qpack: Vec::new(),
+            ppack: Vec::new(),
+            s: Vec::new(),
+            m: Vec::new(),
+            l: Vec::new(),
+        }
     }
 }

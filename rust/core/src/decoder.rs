@@ -32,8 +32,16 @@ struct Phases {
 impl Phases {
     fn new() -> Self {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let on = *ON.get_or_init(|| std::env::var("GPTCORE_PROFILE").map(|v| v == "1").unwrap_or(false));
-        Phases { on, t: std::time::Instant::now(), acc: Vec::new() }
+        let on = *ON.get_or_init(|| {
+            std::env::var("GPTCORE_PROFILE")
+                .map(|v| v == "1")
+                .unwrap_or(false)
+        });
+        Phases {
+            on,
+            t: std::time::Instant::now(),
+            acc: Vec::new(),
+        }
     }
     fn mark(&mut self, name: &'static str) {
         if self.on {
@@ -51,8 +59,16 @@ impl Drop for Phases {
     fn drop(&mut self) {
         if self.on {
             let total: f64 = self.acc.iter().map(|(_, v)| v).sum();
-            let parts: Vec<String> = self.acc.iter().map(|(n, v)| format!("{n} {:.1}ms", v * 1e3)).collect();
-            eprintln!("gptcore profile: total {:.1}ms: {}", total * 1e3, parts.join(", "));
+            let parts: Vec<String> = self
+                .acc
+                .iter()
+                .map(|(n, v)| format!("{n} {:.1}ms", v * 1e3))
+                .collect();
+            eprintln!(
+                "gptcore profile: total {:.1}ms: {}",
+                total * 1e3,
+                parts.join(", ")
+            );
         }
     }
 }
@@ -80,11 +96,22 @@ impl Config {
         self.d_model / self.n_heads
     }
     pub fn validate(&self) -> Result<()> {
-        if self.vocab_size == 0 || self.d_model == 0 || self.n_heads == 0 || self.d_ff == 0 || self.n_ctx == 0 {
-            return crate::value_error!("config: vocab_size, n_ctx, d_model, n_heads and d_ff must be >= 1");
+        if self.vocab_size == 0
+            || self.d_model == 0
+            || self.n_heads == 0
+            || self.d_ff == 0
+            || self.n_ctx == 0
+        {
+            return crate::value_error!(
+                "config: vocab_size, n_ctx, d_model, n_heads and d_ff must be >= 1"
+            );
         }
         if self.d_model % self.n_heads != 0 {
-            return crate::value_error!("config: d_model ({}) must be divisible by n_heads ({})", self.d_model, self.n_heads);
+            return crate::value_error!(
+                "config: d_model ({}) must be divisible by n_heads ({})",
+                self.d_model,
+                self.n_heads
+            );
         }
         Ok(())
     }
@@ -163,7 +190,11 @@ fn for_rows<T: Send>(buf: &mut [T], width: usize, f: impl Fn(usize, &mut [T]) + 
         return;
     }
     if buf.len() >= 1 << 15 && threads::num_threads() > 1 {
-        threads::install(|| buf.par_chunks_mut(width).enumerate().for_each(|(i, r)| f(i, r)));
+        threads::install(|| {
+            buf.par_chunks_mut(width)
+                .enumerate()
+                .for_each(|(i, r)| f(i, r))
+        });
     } else {
         buf.chunks_mut(width).enumerate().for_each(|(i, r)| f(i, r));
     }
@@ -174,8 +205,13 @@ fn layernorm<T: Float>(x: &[T], out: &mut Vec<T>, d: usize, norm: &Norm<T>, eps:
         out.clear();
         out.resize(x.len(), T::ZERO);
     }
-    let aff = norm.affine.as_ref().map(|(g, b)| (g.as_slice(), b.as_slice()));
-    for_rows(out, d, |i, row| ops::layernorm_row(&x[i * d..(i + 1) * d], row, aff, eps));
+    let aff = norm
+        .affine
+        .as_ref()
+        .map(|(g, b)| (g.as_slice(), b.as_slice()));
+    for_rows(out, d, |i, row| {
+        ops::layernorm_row(&x[i * d..(i + 1) * d], row, aff, eps)
+    });
 }
 
 /// A named weight handed to [`Model::new`]: its shape and row-major data.
@@ -186,18 +222,29 @@ pub struct Tensor<'a, T> {
 
 impl<T: Float> Model<T> {
     /// Build from Hugging Face GPT-2 names (without "transformer."); checks every shape.
-    pub fn new(cfg: Config, weights: &HashMap<String, Tensor<'_, T>>, attn_bias: bool, mlp_bias: bool, ln_affine: bool) -> Result<Self> {
+    pub fn new(
+        cfg: Config,
+        weights: &HashMap<String, Tensor<'_, T>>,
+        attn_bias: bool,
+        mlp_bias: bool,
+        ln_affine: bool,
+    ) -> Result<Self> {
         cfg.validate()?;
         let (d, v, f) = (cfg.d_model, cfg.vocab_size, cfg.d_ff);
         let get = |name: &str, shape: &[usize]| -> Result<&[T]> {
             match weights.get(name) {
-                None => crate::value_error!("weights: missing tensor {name:?} (expected shape {shape:?})"),
+                None => crate::value_error!(
+                    "weights: missing tensor {name:?} (expected shape {shape:?})"
+                ),
                 Some(t) if t.shape != shape => crate::value_error!(
                     "weights: tensor {name:?} has shape {:?}, expected {shape:?}",
                     t.shape
                 ),
                 Some(t) if t.data.len() != shape.iter().product::<usize>() => {
-                    crate::value_error!("weights: tensor {name:?} holds {} values for shape {shape:?}", t.data.len())
+                    crate::value_error!(
+                        "weights: tensor {name:?} holds {} values for shape {shape:?}",
+                        t.data.len()
+                    )
                 }
                 Some(t) => Ok(t.data),
             }
@@ -205,7 +252,10 @@ impl<T: Float> Model<T> {
         let norm = |prefix: &str| -> Result<Norm<T>> {
             Ok(Norm {
                 affine: if ln_affine {
-                    Some((get(&format!("{prefix}.weight"), &[d])?.to_vec(), get(&format!("{prefix}.bias"), &[d])?.to_vec()))
+                    Some((
+                        get(&format!("{prefix}.weight"), &[d])?.to_vec(),
+                        get(&format!("{prefix}.bias"), &[d])?.to_vec(),
+                    ))
                 } else {
                     None
                 },
@@ -215,11 +265,19 @@ impl<T: Float> Model<T> {
             let w = get(&format!("{prefix}.weight"), &[k, n])?;
             Ok(Linear {
                 w: PackedB::try_pack(MatRef::from_slice(w, k, n))?,
-                b: if bias { Some(get(&format!("{prefix}.bias"), &[n])?.to_vec()) } else { None },
+                b: if bias {
+                    Some(get(&format!("{prefix}.bias"), &[n])?.to_vec())
+                } else {
+                    None
+                },
             })
         };
         let wte = get("wte.weight", &[v, d])?.to_vec();
-        let wpe = if cfg.sinusoidal { None } else { Some(get("wpe.weight", &[cfg.n_ctx, d])?.to_vec()) };
+        let wpe = if cfg.sinusoidal {
+            None
+        } else {
+            Some(get("wpe.weight", &[cfg.n_ctx, d])?.to_vec())
+        };
         let mut blocks = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let p = format!("h.{i}");
@@ -234,9 +292,21 @@ impl<T: Float> Model<T> {
         }
         let ln_f = norm("ln_f")?;
         // The head multiplies by W^T where W is (V, d): a transposed view, packed once.
-        let head_src: &[T] = if cfg.tied { &wte } else { get("lm_head.weight", &[v, d])? };
-        let head = PackedB::try_pack(unsafe { MatRef::from_raw(head_src.as_ptr(), d, v, 1, d as isize) })?;
-        Ok(Model { cfg, wte, wpe, blocks, ln_f, head })
+        let head_src: &[T] = if cfg.tied {
+            &wte
+        } else {
+            get("lm_head.weight", &[v, d])?
+        };
+        let head =
+            PackedB::try_pack(unsafe { MatRef::from_raw(head_src.as_ptr(), d, v, 1, d as isize) })?;
+        Ok(Model {
+            cfg,
+            wte,
+            wpe,
+            blocks,
+            ln_f,
+            head,
+        })
     }
 
     /// Every weight the model computes with, under its Hugging Face name, as
@@ -255,7 +325,11 @@ impl<T: Float> Model<T> {
             }
         };
         let linear = |out: &mut Vec<(String, Vec<usize>, Vec<T>)>, name: &str, l: &Linear<T>| {
-            out.push((format!("{name}.weight"), vec![l.w.rows(), l.w.cols()], l.w.unpack()));
+            out.push((
+                format!("{name}.weight"),
+                vec![l.w.rows(), l.w.cols()],
+                l.w.unpack(),
+            ));
             if let Some(b) = &l.b {
                 out.push((format!("{name}.bias"), vec![b.len()], b.clone()));
             }
@@ -284,15 +358,26 @@ impl<T: Float> Model<T> {
     }
 
     pub fn new_cache(&self, batch: usize) -> KvCache<T> {
-        KvCache::new(self.cfg.n_layers, batch, self.cfg.n_heads, self.cfg.d_head())
+        KvCache::new(
+            self.cfg.n_layers,
+            batch,
+            self.cfg.n_heads,
+            self.cfg.d_head(),
+        )
     }
 
     /// Bytes of the packed and plain weights held.
     pub fn nbytes(&self) -> usize {
         let sz = std::mem::size_of::<T>();
         let lin = |l: &Linear<T>| l.w.nbytes() + l.b.as_ref().map_or(0, |b| b.len() * sz);
-        let blocks: usize = self.blocks.iter().map(|b| lin(&b.qkv) + lin(&b.proj) + lin(&b.fc) + lin(&b.fc_proj)).sum();
-        (self.wte.len() + self.wpe.as_ref().map_or(0, |w| w.len())) * sz + blocks + self.head.nbytes()
+        let blocks: usize = self
+            .blocks
+            .iter()
+            .map(|b| lin(&b.qkv) + lin(&b.proj) + lin(&b.fc) + lin(&b.fc_proj))
+            .sum();
+        (self.wte.len() + self.wpe.as_ref().map_or(0, |w| w.len())) * sz
+            + blocks
+            + self.head.nbytes()
     }
 
     /// Process `t_new` new positions of each of the `batch` sequences (`ids` is
@@ -315,17 +400,34 @@ impl<T: Float> Model<T> {
         let cfg = &self.cfg;
         let (nh, dh) = (cfg.n_heads, cfg.d_head());
         if ids.len() != batch * t_new {
-            return crate::value_error!("ids: expected {} values for shape ({batch}, {t_new}), got {}", batch * t_new, ids.len());
+            return crate::value_error!(
+                "ids: expected {} values for shape ({batch}, {t_new}), got {}",
+                batch * t_new,
+                ids.len()
+            );
         }
         if let Some(&bad) = ids.iter().find(|&&i| i as usize >= cfg.vocab_size) {
-            return crate::value_error!("ids: token id {bad} is out of range [0, {})", cfg.vocab_size);
+            return crate::value_error!(
+                "ids: token id {bad} is out of range [0, {})",
+                cfg.vocab_size
+            );
         }
         match cache {
             Some(c) => {
                 // A step that fails part-way (an interrupt, an allocation) leaves the cache
                 // holding exactly the positions it held before.
                 let before = c.len();
-                let out = self.run_on(ids, batch, t_new, c, true, logits, causal, want_hidden, check);
+                let out = self.run_on(
+                    ids,
+                    batch,
+                    t_new,
+                    c,
+                    true,
+                    logits,
+                    causal,
+                    want_hidden,
+                    check,
+                );
                 if out.is_err() {
                     c.truncate(before);
                 }
@@ -333,7 +435,17 @@ impl<T: Float> Model<T> {
             }
             None => {
                 let mut scratch = KvCache::new(1, batch, nh, dh);
-                self.run_on(ids, batch, t_new, &mut scratch, false, logits, causal, want_hidden, check)
+                self.run_on(
+                    ids,
+                    batch,
+                    t_new,
+                    &mut scratch,
+                    false,
+                    logits,
+                    causal,
+                    want_hidden,
+                    check,
+                )
             }
         }
     }
@@ -389,7 +501,11 @@ impl<T: Float> Model<T> {
                 }
             }
         });
-        let mut hidden = if want_hidden { Some(Vec::with_capacity((cfg.n_layers + 1) * rows * d)) } else { None };
+        let mut hidden = if want_hidden {
+            Some(Vec::with_capacity((cfg.n_layers + 1) * rows * d))
+        } else {
+            None
+        };
         if let Some(h) = hidden.as_mut() {
             h.extend_from_slice(&x);
         }
@@ -397,10 +513,13 @@ impl<T: Float> Model<T> {
         let spec = T::spec(gemm::current_kernel());
         let mut ph = Phases::new();
         ph.mark("embed");
-        let (mut h, mut qkv, mut att, mut y, mut u) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut h, mut qkv, mut att, mut y, mut u) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (li, blk) in self.blocks.iter().enumerate() {
             check()?;
-            let heads = if persistent { &mut cache.layers[li] } else {
+            let heads = if persistent {
+                &mut cache.layers[li]
+            } else {
                 let l = &mut cache.layers[0];
                 l.iter_mut().for_each(|hk| hk.clear());
                 l
@@ -417,7 +536,10 @@ impl<T: Float> Model<T> {
                 hk.reserve(p0 + t_new);
                 for t in 0..t_new {
                     let r = (b * t_new + t) * 3 * d;
-                    hk.push(&qkv_ref[r + d + hh * dh..r + d + (hh + 1) * dh], &qkv_ref[r + 2 * d + hh * dh..r + 2 * d + (hh + 1) * dh]);
+                    hk.push(
+                        &qkv_ref[r + d + hh * dh..r + d + (hh + 1) * dh],
+                        &qkv_ref[r + 2 * d + hh * dh..r + 2 * d + (hh + 1) * dh],
+                    );
                 }
             };
             if rows * d >= 1 << 14 {
@@ -446,7 +568,8 @@ impl<T: Float> Model<T> {
             let heads_ref: &Vec<HeadKv<T>> = heads;
             let att_ptr = SendPtr(att.as_mut_ptr());
             let qkv_ptr = SendPtr(qkv.as_ptr() as *mut T);
-            let work = |&(b, hh, q0, nq): &(usize, usize, usize, usize), scratch: &mut Scratch<T>| {
+            let work = |&(b, hh, q0, nq): &(usize, usize, usize, usize),
+                        scratch: &mut Scratch<T>| {
                 let r0 = b * t_new + (q0 - p0);
                 // SAFETY: query rows and output rows of this item are inside the buffers, and
                 // each item writes a disjoint (rows, head columns) region of `att`.
@@ -467,7 +590,11 @@ impl<T: Float> Model<T> {
             };
             let flops = (items.len() * KB * KB * dh) as f64;
             if items.len() > 1 && flops > 1e5 && threads::num_threads() > 1 {
-                threads::install(|| items.par_iter().for_each_init(Scratch::default, |s, it| work(it, s)));
+                threads::install(|| {
+                    items
+                        .par_iter()
+                        .for_each_init(Scratch::default, |s, it| work(it, s))
+                });
             } else {
                 let mut s = Scratch::default();
                 items.iter().for_each(|it| work(it, &mut s));
@@ -509,7 +636,11 @@ impl<T: Float> Model<T> {
             }
         };
         ph.mark("head");
-        Ok(RunOutput { logits, hidden, final_x })
+        Ok(RunOutput {
+            logits,
+            hidden,
+            final_x,
+        })
     }
 
     /// Log-probability of `targets[r]` at every position r of `ids` (`batch x t`), computing
@@ -524,10 +655,17 @@ impl<T: Float> Model<T> {
         check: &(dyn Fn() -> Result<()> + Sync),
     ) -> Result<Vec<f64>> {
         if targets.len() != ids.len() {
-            return crate::value_error!("targets: expected {} values, got {}", ids.len(), targets.len());
+            return crate::value_error!(
+                "targets: expected {} values, got {}",
+                ids.len(),
+                targets.len()
+            );
         }
         if let Some(&bad) = targets.iter().find(|&&i| i as usize >= self.cfg.vocab_size) {
-            return crate::value_error!("targets: token id {bad} is out of range [0, {})", self.cfg.vocab_size);
+            return crate::value_error!(
+                "targets: token id {bad} is out of range [0, {})",
+                self.cfg.vocab_size
+            );
         }
         let out = self.run(ids, batch, t, None, Logits::None, true, false, check)?;
         let x = out.final_x.expect("final residual requested");
@@ -542,7 +680,9 @@ impl<T: Float> Model<T> {
             let z = self.head_logits(&x[r0 * d..(r0 + n) * d], n, &mut h)?;
             for i in 0..n {
                 let row = &z[i * v..(i + 1) * v];
-                let m = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b.to_f64()));
+                let m = row
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |a, &b| a.max(b.to_f64()));
                 let s: f64 = row.iter().map(|&b| (b.to_f64() - m).exp()).sum();
                 res[r0 + i] = row[targets[r0 + i] as usize].to_f64() - (m + s.ln());
             }
@@ -573,7 +713,10 @@ fn add_into<T: Float>(x: &mut [T], y: &[T], d: usize) {
 /// Check that a config and a token count fit the model (used by the bindings).
 pub fn check_len(cfg: &Config, total: usize) -> Result<()> {
     if !cfg.sinusoidal && total > cfg.n_ctx {
-        return Err(Error::Value(format!("sequence length {total} exceeds n_ctx = {}", cfg.n_ctx)));
+        return Err(Error::Value(format!(
+            "sequence length {total} exceeds n_ctx = {}",
+            cfg.n_ctx
+        )));
     }
     Ok(())
 }

@@ -72,7 +72,11 @@ macro_rules! impl_element {
             }
             #[inline(always)]
             fn max(self, other: Self) -> Self {
-                if other > self { other } else { self }
+                if other > self {
+                    other
+                } else {
+                    self
+                }
             }
         }
     };

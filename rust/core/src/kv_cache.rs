@@ -25,7 +25,12 @@ pub struct HeadKv<T> {
 
 impl<T: Element> HeadKv<T> {
     pub fn new(dh: usize) -> Self {
-        HeadKv { dh, len: 0, kt: Vec::new(), v: Vec::new() }
+        HeadKv {
+            dh,
+            len: 0,
+            kt: Vec::new(),
+            v: Vec::new(),
+        }
     }
 
     pub fn dh_pad(&self) -> usize {
@@ -76,7 +81,11 @@ impl<T: Element> HeadKv<T> {
     /// Pointer to V panel `jp` (columns jp*NR..) of key block `b`.
     #[inline(always)]
     pub fn v_panel(&self, b: usize, jp: usize) -> *const T {
-        unsafe { self.v.as_ptr().add(b * KB * self.dh_pad() + jp * KB * T::NR) }
+        unsafe {
+            self.v
+                .as_ptr()
+                .add(b * KB * self.dh_pad() + jp * KB * T::NR)
+        }
     }
 
     pub fn nbytes(&self) -> usize {
@@ -94,12 +103,21 @@ pub struct KvCache<T> {
 
 impl<T: Element> KvCache<T> {
     pub fn new(n_layers: usize, batch: usize, n_heads: usize, dh: usize) -> Self {
-        KvCache { batch, n_heads, layers: (0..n_layers).map(|_| vec![HeadKv::new(dh); batch * n_heads]).collect() }
+        KvCache {
+            batch,
+            n_heads,
+            layers: (0..n_layers)
+                .map(|_| vec![HeadKv::new(dh); batch * n_heads])
+                .collect(),
+        }
     }
 
     /// Positions held (the same for every sequence of the batch).
     pub fn len(&self) -> usize {
-        self.layers.first().and_then(|l| l.first()).map_or(0, |h| h.len)
+        self.layers
+            .first()
+            .and_then(|l| l.first())
+            .map_or(0, |h| h.len)
     }
 
     pub fn is_empty(&self) -> bool {

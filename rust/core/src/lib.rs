@@ -5,15 +5,15 @@
 //! * [`threads`]: the thread pool and its size.
 //! * [`rng`]: the lesson's random stream (Rust `rand` 0.8.5 `StdRng` + `rand_distr` 0.4.3).
 
+pub mod attention;
+pub mod decoder;
 pub mod element;
 pub mod error;
 pub mod gemm;
+pub mod kv_cache;
+pub mod ops;
 pub mod rng;
 pub mod threads;
-pub mod ops;
-pub mod attention;
-pub mod kv_cache;
-pub mod decoder;
 
 pub use element::Element;
 pub use error::{Error, Result};

@@ -129,7 +129,6 @@ fn gelu_slice_generic(x: &mut [f32]) {
     }
 }
 
-
 const LANES: usize = 16;
 
 /// Lane-parallel sum: 16 running sums (element i goes to lane i % 16), combined in a fixed
@@ -207,7 +206,6 @@ fn moments_generic(x: &[f32]) -> (f32, f32) {
     (sum, sq)
 }
 
-
 /// Defines `fn $name(args) -> ret` running `$generic` compiled for AVX-512, for AVX2, or for the
 /// baseline target, chosen at run time. Only the instructions differ between the copies: the
 /// operations and their order are the same (no fused operations are introduced), so the bits are.
@@ -260,7 +258,12 @@ impl Transcendental for f32 {
 /// LayerNorm of one row: mean = sum/n, population variance = sum((x-mean)^2)/n (plain
 /// left-to-right sums in float64, 16-lane sums in float32), `(x - mean) / sqrt(var + eps)`,
 /// then `* gamma + beta` when given.
-pub fn layernorm_row<T: Transcendental>(x: &[T], out: &mut [T], affine: Option<(&[T], &[T])>, eps: T) {
+pub fn layernorm_row<T: Transcendental>(
+    x: &[T],
+    out: &mut [T],
+    affine: Option<(&[T], &[T])>,
+    eps: T,
+) {
     let n = T::from_f64(x.len() as f64);
     let (sum, sq) = T::moments(x);
     let mean = sum / n;
@@ -307,7 +310,11 @@ pub fn sinusoidal_row<T: Element>(pos: usize, out: &mut [T]) {
     let t = (pos + 1) as f64;
     for (c, o) in out.iter_mut().enumerate() {
         let div = 10000f64.powf((2 * (c / 2)) as f64 / d);
-        let v = if c % 2 == 0 { (t / div).sin() } else { (t / div).cos() };
+        let v = if c % 2 == 0 {
+            (t / div).sin()
+        } else {
+            (t / div).cos()
+        };
         *o = T::from_f64(v);
     }
 }
@@ -348,9 +355,17 @@ mod tests {
             assert_eq!(g[i].to_bits(), gelu_f32(xs[i]).to_bits());
             let want = {
                 let t = xs[i] as f64;
-                0.5 * t * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (t + 0.044715 * t * t * t)).tanh())
+                0.5 * t
+                    * (1.0
+                        + ((2.0 / std::f64::consts::PI).sqrt() * (t + 0.044715 * t * t * t)).tanh())
             };
-            assert!((g[i] as f64 - want).abs() <= 4e-7 * (1.0 + want.abs()), "gelu({}) = {} vs {}", xs[i], g[i], want);
+            assert!(
+                (g[i] as f64 - want).abs() <= 4e-7 * (1.0 + want.abs()),
+                "gelu({}) = {} vs {}",
+                xs[i],
+                g[i],
+                want
+            );
         }
     }
 
@@ -358,7 +373,10 @@ mod tests {
     fn tanh_f32_accuracy() {
         let mut y = -12.0f32;
         while y < 12.0 {
-            assert!((tanh_f32(y) as f64 - (y as f64).tanh()).abs() < 2.5e-7, "tanh({y})");
+            assert!(
+                (tanh_f32(y) as f64 - (y as f64).tanh()).abs() < 2.5e-7,
+                "tanh({y})"
+            );
             y += 0.001;
         }
     }

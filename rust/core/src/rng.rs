@@ -53,14 +53,21 @@ impl RustlabRng {
     /// when the result could not be allocated.
     pub fn randn(&mut self, rows: usize, cols: usize) -> Result<Vec<f64>> {
         let n = rows.checked_mul(cols).ok_or_else(|| {
-            Error::Value(format!("randn: shape ({rows}, {cols}) has more elements than fit in memory"))
+            Error::Value(format!(
+                "randn: shape ({rows}, {cols}) has more elements than fit in memory"
+            ))
         })?;
         if n > (isize::MAX as usize) / std::mem::size_of::<f64>() {
-            return Err(Error::Memory(format!("randn: cannot allocate a ({rows}, {cols}) float64 matrix")));
+            return Err(Error::Memory(format!(
+                "randn: cannot allocate a ({rows}, {cols}) float64 matrix"
+            )));
         }
         let mut out = Vec::new();
-        out.try_reserve_exact(n)
-            .map_err(|_| Error::Memory(format!("randn: cannot allocate a ({rows}, {cols}) float64 matrix")))?;
+        out.try_reserve_exact(n).map_err(|_| {
+            Error::Memory(format!(
+                "randn: cannot allocate a ({rows}, {cols}) float64 matrix"
+            ))
+        })?;
         out.resize(n, 0.0);
         self.fill_randn(&mut out);
         Ok(out)

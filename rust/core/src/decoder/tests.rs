@@ -10,10 +10,18 @@ fn random_model<T: Float>(cfg: &Config, bias: bool, affine: bool, seed: u64) -> 
     }
     for i in 0..cfg.n_layers {
         for (n, s) in [
-            ("ln_1.weight", vec![d]), ("ln_1.bias", vec![d]), ("attn.c_attn.weight", vec![d, 3 * d]),
-            ("attn.c_attn.bias", vec![3 * d]), ("attn.c_proj.weight", vec![d, d]), ("attn.c_proj.bias", vec![d]),
-            ("ln_2.weight", vec![d]), ("ln_2.bias", vec![d]), ("mlp.c_fc.weight", vec![d, f]),
-            ("mlp.c_fc.bias", vec![f]), ("mlp.c_proj.weight", vec![f, d]), ("mlp.c_proj.bias", vec![d]),
+            ("ln_1.weight", vec![d]),
+            ("ln_1.bias", vec![d]),
+            ("attn.c_attn.weight", vec![d, 3 * d]),
+            ("attn.c_attn.bias", vec![3 * d]),
+            ("attn.c_proj.weight", vec![d, d]),
+            ("attn.c_proj.bias", vec![d]),
+            ("ln_2.weight", vec![d]),
+            ("ln_2.bias", vec![d]),
+            ("mlp.c_fc.weight", vec![d, f]),
+            ("mlp.c_fc.bias", vec![f]),
+            ("mlp.c_proj.weight", vec![f, d]),
+            ("mlp.c_proj.bias", vec![d]),
         ] {
             shapes.push((format!("h.{i}.{n}"), s));
         }
@@ -27,19 +35,50 @@ fn random_model<T: Float>(cfg: &Config, bias: bool, affine: bool, seed: u64) -> 
         .into_iter()
         .map(|(n, s)| {
             let len: usize = s.iter().product();
-            let scale = if s.len() == 2 { 1.0 / (s[0] as f64).sqrt() } else { 0.1 };
-            let base = if n.ends_with("ln_1.weight") || n.ends_with("ln_2.weight") || n == "ln_f.weight" { 1.0 } else { 0.0 };
-            let vals = (0..len).map(|_| T::from_f64(base + scale * rng.gen_range(-1.7..1.7))).collect();
+            let scale = if s.len() == 2 {
+                1.0 / (s[0] as f64).sqrt()
+            } else {
+                0.1
+            };
+            let base =
+                if n.ends_with("ln_1.weight") || n.ends_with("ln_2.weight") || n == "ln_f.weight" {
+                    1.0
+                } else {
+                    0.0
+                };
+            let vals = (0..len)
+                .map(|_| T::from_f64(base + scale * rng.gen_range(-1.7..1.7)))
+                .collect();
             (n, s, vals)
         })
         .collect();
-    let map: HashMap<String, Tensor<'_, T>> =
-        data.iter().map(|(n, s, v)| (n.clone(), Tensor { shape: s.clone(), data: v.as_slice() })).collect();
+    let map: HashMap<String, Tensor<'_, T>> = data
+        .iter()
+        .map(|(n, s, v)| {
+            (
+                n.clone(),
+                Tensor {
+                    shape: s.clone(),
+                    data: v.as_slice(),
+                },
+            )
+        })
+        .collect();
     Model::new(cfg.clone(), &map, bias, bias, affine).unwrap()
 }
 
 fn cfg(sinusoidal: bool, tied: bool) -> Config {
-    Config { vocab_size: 97, n_ctx: 200, d_model: 48, n_heads: 3, n_layers: 2, d_ff: 96, sinusoidal, tied, ln_eps: 1e-5 }
+    Config {
+        vocab_size: 97,
+        n_ctx: 200,
+        d_model: 48,
+        n_heads: 3,
+        n_layers: 2,
+        d_ff: 96,
+        sinusoidal,
+        tied,
+        ln_eps: 1e-5,
+    }
 }
 
 fn ok() -> Result<()> {
@@ -47,7 +86,18 @@ fn ok() -> Result<()> {
 }
 
 fn forward<T: Float>(m: &Model<T>, ids: &[u32], batch: usize) -> Vec<T> {
-    m.run(ids, batch, ids.len() / batch, None, Logits::All, true, false, &ok).unwrap().logits
+    m.run(
+        ids,
+        batch,
+        ids.len() / batch,
+        None,
+        Logits::All,
+        true,
+        false,
+        &ok,
+    )
+    .unwrap()
+    .logits
 }
 
 fn bits<T: Float>(v: &[T]) -> Vec<u64> {
@@ -59,15 +109,41 @@ fn decode_matches_forward<T: Float>() {
     let m = random_model::<T>(&c, true, true, 1);
     let mut rng = rand::rngs::StdRng::seed_from_u64(2);
     let t = 150; // crosses two key-block boundaries
-    let ids: Vec<u32> = (0..t).map(|_| rng.gen_range(0..c.vocab_size as u32)).collect();
+    let ids: Vec<u32> = (0..t)
+        .map(|_| rng.gen_range(0..c.vocab_size as u32))
+        .collect();
     let full = forward(&m, &ids, 1);
     let v = c.vocab_size;
     // Prefill 5 positions, then decode one at a time.
     let mut cache = m.new_cache(1);
-    let pre = m.run(&ids[..5], 1, 5, Some(&mut cache), Logits::All, true, false, &ok).unwrap().logits;
+    let pre = m
+        .run(
+            &ids[..5],
+            1,
+            5,
+            Some(&mut cache),
+            Logits::All,
+            true,
+            false,
+            &ok,
+        )
+        .unwrap()
+        .logits;
     assert_eq!(bits(&pre), bits(&full[..5 * v]));
     for p in 5..t {
-        let step = m.run(&ids[p..p + 1], 1, 1, Some(&mut cache), Logits::Last, true, false, &ok).unwrap().logits;
+        let step = m
+            .run(
+                &ids[p..p + 1],
+                1,
+                1,
+                Some(&mut cache),
+                Logits::Last,
+                true,
+                false,
+                &ok,
+            )
+            .unwrap()
+            .logits;
         assert_eq!(bits(&step), bits(&full[p * v..(p + 1) * v]), "position {p}");
     }
     // Causality: a prefix's logits equal the first rows of the longer run; changing a later
@@ -78,7 +154,10 @@ fn decode_matches_forward<T: Float>() {
     changed[100] = (changed[100] + 1) % c.vocab_size as u32;
     let other = forward(&m, &changed, 1);
     assert_eq!(bits(&other[..100 * v]), bits(&full[..100 * v]));
-    assert_ne!(bits(&other[100 * v..101 * v]), bits(&full[100 * v..101 * v]));
+    assert_ne!(
+        bits(&other[100 * v..101 * v]),
+        bits(&full[100 * v..101 * v])
+    );
 }
 
 #[test]
@@ -97,7 +176,9 @@ fn batch_equals_rows_and_threads_do_not_matter() {
     let m = random_model::<f32>(&c, false, false, 3);
     let mut rng = rand::rngs::StdRng::seed_from_u64(4);
     let (b, t) = (3, 77);
-    let ids: Vec<u32> = (0..b * t).map(|_| rng.gen_range(0..c.vocab_size as u32)).collect();
+    let ids: Vec<u32> = (0..b * t)
+        .map(|_| rng.gen_range(0..c.vocab_size as u32))
+        .collect();
     crate::threads::set_num_threads(2).unwrap();
     let all = forward(&m, &ids, b);
     crate::threads::set_num_threads(1).unwrap();
@@ -115,7 +196,11 @@ fn batch_equals_rows_and_threads_do_not_matter() {
 fn bad_ids_and_lengths_are_errors() {
     let c = cfg(false, true);
     let m = random_model::<f64>(&c, true, true, 5);
-    assert!(m.run(&[1, 97], 1, 2, None, Logits::All, true, false, &ok).is_err());
+    assert!(m
+        .run(&[1, 97], 1, 2, None, Logits::All, true, false, &ok)
+        .is_err());
     let long: Vec<u32> = vec![1; 201];
-    assert!(m.run(&long, 1, 201, None, Logits::All, true, false, &ok).is_err());
+    assert!(m
+        .run(&long, 1, 201, None, Logits::All, true, false, &ok)
+        .is_err());
 }

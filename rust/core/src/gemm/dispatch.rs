@@ -24,7 +24,9 @@ impl Kernel {
     }
 
     pub fn from_name(s: &str) -> Option<Kernel> {
-        Kernel::ALL.into_iter().find(|k| k.name() == s.trim().to_ascii_lowercase())
+        Kernel::ALL
+            .into_iter()
+            .find(|k| k.name() == s.trim().to_ascii_lowercase())
     }
 
     /// Whether this CPU can run the kernel.
@@ -35,7 +37,8 @@ impl Kernel {
             Kernel::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => {
-                std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
             }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
@@ -95,7 +98,11 @@ pub fn set_kernel(k: Option<Kernel>) -> crate::Result<Kernel> {
             return crate::value_error!(
                 "kernel {:?} is not supported on this CPU (available: {})",
                 k.name(),
-                available().iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
+                available()
+                    .iter()
+                    .map(|k| k.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         }
     };

@@ -32,6 +32,10 @@ use std::cell::RefCell;
 /// Rows of A handled by one work item (a multiple of every kernel's MR: 12 and 3 and 4).
 pub const MC: usize = 192;
 
+/// Panels of B (of NR columns) in one column group: a group's C tile (MC x 8 NR) stays in L2
+/// while it goes through every depth block (a multiple of 4 for the wide kernel).
+pub const NC_PANELS: usize = 8;
+
 /// A borrowed strided matrix view (strides in elements, may be negative or zero).
 #[derive(Clone, Copy)]
 pub struct MatRef<'a, T> {
@@ -49,16 +53,39 @@ unsafe impl<T: Sync> Sync for MatRef<'_, T> {}
 impl<'a, T: Copy> MatRef<'a, T> {
     /// A view of a row-major slice.
     pub fn from_slice(data: &'a [T], rows: usize, cols: usize) -> MatRef<'a, T> {
-        assert!(data.len() >= rows * cols, "slice too short for {rows}x{cols}");
-        MatRef { ptr: data.as_ptr(), rows, cols, rs: cols as isize, cs: 1, _life: Default::default() }
+        assert!(
+            data.len() >= rows * cols,
+            "slice too short for {rows}x{cols}"
+        );
+        MatRef {
+            ptr: data.as_ptr(),
+            rows,
+            cols,
+            rs: cols as isize,
+            cs: 1,
+            _life: Default::default(),
+        }
     }
 
     /// A view from a raw pointer and strides.
     ///
     /// # Safety
     /// Every element `ptr + i*rs + j*cs` for i < rows, j < cols must be readable for `'a`.
-    pub unsafe fn from_raw(ptr: *const T, rows: usize, cols: usize, rs: isize, cs: isize) -> MatRef<'a, T> {
-        MatRef { ptr, rows, cols, rs, cs, _life: Default::default() }
+    pub unsafe fn from_raw(
+        ptr: *const T,
+        rows: usize,
+        cols: usize,
+        rs: isize,
+        cs: isize,
+    ) -> MatRef<'a, T> {
+        MatRef {
+            ptr,
+            rows,
+            cols,
+            rs,
+            cs,
+            _life: Default::default(),
+        }
     }
 
     /// Element (i, j).
@@ -71,8 +98,16 @@ impl<'a, T: Copy> MatRef<'a, T> {
     /// Rows `r0..r0+n` as a view.
     pub fn rows_range(&self, r0: usize, n: usize) -> MatRef<'a, T> {
         assert!(r0 + n <= self.rows);
-        let ptr = if n == 0 { self.ptr } else { unsafe { self.ptr.offset(r0 as isize * self.rs) } };
-        MatRef { ptr, rows: n, ..*self }
+        let ptr = if n == 0 {
+            self.ptr
+        } else {
+            unsafe { self.ptr.offset(r0 as isize * self.rs) }
+        };
+        MatRef {
+            ptr,
+            rows: n,
+            ..*self
+        }
     }
 }
 
@@ -125,7 +160,13 @@ pub fn gemm<T: GemmElement>(a: MatRef<'_, T>, b: &PackedB<T>, c: &mut [T], ldc: 
 }
 
 /// `C = A B` with a given kernel (it must be supported by the CPU).
-pub fn gemm_with<T: GemmElement>(kernel: Kernel, a: MatRef<'_, T>, b: &PackedB<T>, c: &mut [T], ldc: usize) {
+pub fn gemm_with<T: GemmElement>(
+    kernel: Kernel,
+    a: MatRef<'_, T>,
+    b: &PackedB<T>,
+    c: &mut [T],
+    ldc: usize,
+) {
     let (m, k, n) = (a.rows, a.cols, b.cols());
     assert_eq!(k, b.rows(), "inner dimensions differ");
     assert!(ldc >= n);
@@ -163,7 +204,11 @@ fn run_tiles<T: GemmElement>(
     let mpad = m.div_ceil(mr) * mr;
     let panels = n.div_ceil(T::NR);
     let flops = m as f64 * n as f64 * kb.k as f64;
-    let nthreads = if flops < 262_144.0 { 1 } else { threads::num_threads() };
+    let nthreads = if flops < 262_144.0 {
+        1
+    } else {
+        threads::num_threads()
+    };
     // Row blocks of (nearly) equal height, a multiple of 12 (every kernel's MR divides 12), so
     // that parallel work items are of equal size.
     let mblocks = m.div_ceil(tuning::mc());
@@ -182,54 +227,61 @@ fn run_tiles<T: GemmElement>(
         let i1 = (i0 + mc).min(m);
         let jp0 = jc * per_chunk;
         let jp1 = (jp0 + per_chunk).min(panels);
-        for p in 0..kb.count {
-            let (k0, kc) = kb.block(p);
-            let ablock = &apack[mpad * k0..];
-            let few_rows = i1 - i0 <= kernels::WIDE_ROWS;
-            let mut jp = jp0;
-            while jp < jp1 {
-                let j0 = jp * T::NR;
-                let bp = b.panel(p, jp);
-                // SAFETY (both branches): the A panel holds kc*mr values, each B panel kc*NR;
-                // the C tile at (i, j0) lies inside C and belongs to this item alone.
-                if let (Some(wide), true, true) = (spec.wide, few_rows, jp + 4 <= jp1) {
-                    let cols_last = T::NR.min(n - (jp + 3) * T::NR);
-                    unsafe {
-                        wide(
-                            i1 - i0,
-                            cols_last,
-                            kc,
-                            ablock.as_ptr().add((i0 / mr) * mr * kc),
-                            bp,
-                            kc * T::NR,
-                            cptr.get().add(i0 * ldc + j0),
-                            ldc,
-                            p > 0,
-                        );
+        // Columns in groups of NC_PANELS panels, each group taken through every depth block
+        // before the next: the group's C tile stays in L2 between depth blocks.
+        let mut g0 = jp0;
+        while g0 < jp1 {
+            let g1 = (g0 + NC_PANELS).min(jp1);
+            for p in 0..kb.count {
+                let (k0, kc) = kb.block(p);
+                let ablock = &apack[mpad * k0..];
+                let few_rows = i1 - i0 <= kernels::WIDE_ROWS;
+                let mut jp = g0;
+                while jp < g1 {
+                    let j0 = jp * T::NR;
+                    let bp = b.panel(p, jp);
+                    // SAFETY (both branches): the A panel holds kc*mr values, each B panel kc*NR;
+                    // the C tile at (i, j0) lies inside C and belongs to this item alone.
+                    if let (Some(wide), true, true) = (spec.wide, few_rows, jp + 4 <= g1) {
+                        let cols_last = T::NR.min(n - (jp + 3) * T::NR);
+                        unsafe {
+                            wide(
+                                i1 - i0,
+                                cols_last,
+                                kc,
+                                ablock.as_ptr().add((i0 / mr) * mr * kc),
+                                bp,
+                                kc * T::NR,
+                                cptr.get().add(i0 * ldc + j0),
+                                ldc,
+                                p > 0,
+                            );
+                        }
+                        jp += 4;
+                        continue;
                     }
-                    jp += 4;
-                    continue;
-                }
-                let cols = T::NR.min(n - j0);
-                let mut i = i0;
-                while i < i1 {
-                    let rows = mr.min(i1 - i);
-                    unsafe {
-                        (spec.run)(
-                            rows,
-                            cols,
-                            kc,
-                            ablock.as_ptr().add((i / mr) * mr * kc),
-                            bp,
-                            cptr.get().add(i * ldc + j0),
-                            ldc,
-                            p > 0,
-                        );
+                    let cols = T::NR.min(n - j0);
+                    let mut i = i0;
+                    while i < i1 {
+                        let rows = mr.min(i1 - i);
+                        unsafe {
+                            (spec.run)(
+                                rows,
+                                cols,
+                                kc,
+                                ablock.as_ptr().add((i / mr) * mr * kc),
+                                bp,
+                                cptr.get().add(i * ldc + j0),
+                                ldc,
+                                p > 0,
+                            );
+                        }
+                        i += rows;
                     }
-                    i += rows;
+                    jp += 1;
                 }
-                jp += 1;
             }
+            g0 = g1;
         }
     };
     let items = mblocks * nchunks;

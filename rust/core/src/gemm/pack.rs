@@ -26,7 +26,11 @@ impl KBlocks {
         }
         let count = k.div_ceil(kc_max);
         let kc = k.div_ceil(count);
-        KBlocks { k, kc, count: k.div_ceil(kc) }
+        KBlocks {
+            k,
+            kc,
+            count: k.div_ceil(kc),
+        }
     }
     /// (start, length) of block p.
     #[inline(always)]

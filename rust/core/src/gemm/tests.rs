@@ -2,7 +2,9 @@ use super::*;
 use rand::{Rng, SeedableRng};
 
 fn random<T: Element>(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<T> {
-    (0..n).map(|_| T::from_f64(rng.gen_range(-1.0..1.0))).collect()
+    (0..n)
+        .map(|_| T::from_f64(rng.gen_range(-1.0..1.0)))
+        .collect()
 }
 
 /// Every kernel against the naive loop, bit for bit, with sentinels around the output.
@@ -18,14 +20,24 @@ fn check_all_shapes<T: GemmElement>() {
                     let a = random::<T>(&mut rng, m * k);
                     let b = random::<T>(&mut rng, k * n);
                     let mut want = vec![T::ZERO; m * n];
-                    gemm_reference(MatRef::from_slice(&a, m, k), MatRef::from_slice(&b, k, n), &mut want);
+                    gemm_reference(
+                        MatRef::from_slice(&a, m, k),
+                        MatRef::from_slice(&b, k, n),
+                        &mut want,
+                    );
                     // Output embedded in a larger buffer: ldc = n + 3, sentinels everywhere else.
                     let ldc = n + 3;
                     let sentinel = T::from_f64(12345.5);
                     let mut c = vec![sentinel; (m + 2) * ldc];
                     let off = ldc; // one sentinel row before
                     let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
-                    gemm_with(kernel, MatRef::from_slice(&a, m, k), &pb, &mut c[off..], ldc);
+                    gemm_with(
+                        kernel,
+                        MatRef::from_slice(&a, m, k),
+                        &pb,
+                        &mut c[off..],
+                        ldc,
+                    );
                     for (idx, &v) in c.iter().enumerate() {
                         let inside = idx >= off && {
                             let r = (idx - off) / ldc;
@@ -37,10 +49,17 @@ fn check_all_shapes<T: GemmElement>() {
                             assert!(
                                 v.to_f64().to_bits() == want[r * n + col].to_f64().to_bits(),
                                 "{} {:?} m={m} n={n} k={k} at ({r},{col}): {v:?} vs {:?}",
-                                T::NAME, kernel, want[r * n + col]
+                                T::NAME,
+                                kernel,
+                                want[r * n + col]
                             );
                         } else {
-                            assert!(v == sentinel, "{} {:?} m={m} n={n} k={k}: wrote outside C at {idx}", T::NAME, kernel);
+                            assert!(
+                                v == sentinel,
+                                "{} {:?} m={m} n={n} k={k}: wrote outside C at {idx}",
+                                T::NAME,
+                                kernel
+                            );
                         }
                     }
                 }
@@ -69,7 +88,10 @@ fn strided_and_transposed_inputs() {
     let mut want = vec![0.0; m * n];
     gemm_reference(a, MatRef::from_slice(&b, k, n), &mut want);
     // B read backwards along its rows (negative column stride).
-    let brev: Vec<f64> = (0..k).flat_map(|r| (0..n).rev().map(move |j| (r, j))).map(|(r, j)| b[r * n + j]).collect();
+    let brev: Vec<f64> = (0..k)
+        .flat_map(|r| (0..n).rev().map(move |j| (r, j)))
+        .map(|(r, j)| b[r * n + j])
+        .collect();
     let bview = unsafe { MatRef::from_raw(brev.as_ptr().add(n - 1), k, n, n as isize, -1) };
     let pb = PackedB::pack(bview);
     let mut c = vec![0.0; m * n];
@@ -115,7 +137,11 @@ fn wide_kernel_matches_reference() {
                         let a = random::<T>(&mut rng, m * k);
                         let b = random::<T>(&mut rng, k * n);
                         let mut want = vec![T::ZERO; m * n];
-                        gemm_reference(MatRef::from_slice(&a, m, k), MatRef::from_slice(&b, k, n), &mut want);
+                        gemm_reference(
+                            MatRef::from_slice(&a, m, k),
+                            MatRef::from_slice(&b, k, n),
+                            &mut want,
+                        );
                         let ldc = n + 5;
                         let mut c = vec![T::from_f64(-7.25); m * ldc];
                         let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
@@ -124,7 +150,11 @@ fn wide_kernel_matches_reference() {
                             for j in 0..ldc {
                                 let v = c[i * ldc + j];
                                 if j < n {
-                                    assert_eq!(v.to_f64().to_bits(), want[i * n + j].to_f64().to_bits(), "{kernel:?} m={m} n={n} k={k}");
+                                    assert_eq!(
+                                        v.to_f64().to_bits(),
+                                        want[i * n + j].to_f64().to_bits(),
+                                        "{kernel:?} m={m} n={n} k={k}"
+                                    );
                                 } else {
                                     assert!(v == T::from_f64(-7.25), "wrote past the row end");
                                 }

@@ -12,7 +12,13 @@ macro_rules! avx2_kernel {
      $zero:ident, $loadu:ident, $maskload:ident, $maskstore:ident, $set1:ident, $fmadd:ident) => {
         #[target_feature(enable = "avx2,fma")]
         unsafe fn $tile<const M: usize>(
-            cols: usize, kc: usize, a: *const $T, b: *const $T, c: *mut $T, ldc: usize, accumulate: bool,
+            cols: usize,
+            kc: usize,
+            a: *const $T,
+            b: *const $T,
+            c: *mut $T,
+            ldc: usize,
+            accumulate: bool,
         ) {
             // Lane masks: lane l of vector v is live when 4*... v*LANES + l < cols.
             let mut masks = [_mm256_setzero_si256(); 4];
@@ -62,7 +68,13 @@ macro_rules! avx2_kernel {
         /// The CPU supports AVX2 and FMA; `a` holds `kc * MR` values, `b` holds `kc * NR`;
         /// C has `rows` rows of `cols` writable values `ldc` apart.
         pub unsafe fn $entry(
-            rows: usize, cols: usize, kc: usize, a: *const $T, b: *const $T, c: *mut $T, ldc: usize,
+            rows: usize,
+            cols: usize,
+            kc: usize,
+            a: *const $T,
+            b: *const $T,
+            c: *mut $T,
+            ldc: usize,
             accumulate: bool,
         ) {
             match rows {
@@ -75,9 +87,33 @@ macro_rules! avx2_kernel {
     };
 }
 
-avx2_kernel!(kernel_f32, tile_f32, f32, MR_F32, 8, __m256, i32,
-    _mm256_setzero_ps, _mm256_loadu_ps, _mm256_maskload_ps, _mm256_maskstore_ps,
-    _mm256_set1_ps, _mm256_fmadd_ps);
-avx2_kernel!(kernel_f64, tile_f64, f64, MR_F64, 4, __m256d, i64,
-    _mm256_setzero_pd, _mm256_loadu_pd, _mm256_maskload_pd, _mm256_maskstore_pd,
-    _mm256_set1_pd, _mm256_fmadd_pd);
+avx2_kernel!(
+    kernel_f32,
+    tile_f32,
+    f32,
+    MR_F32,
+    8,
+    __m256,
+    i32,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_maskload_ps,
+    _mm256_maskstore_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps
+);
+avx2_kernel!(
+    kernel_f64,
+    tile_f64,
+    f64,
+    MR_F64,
+    4,
+    __m256d,
+    i64,
+    _mm256_setzero_pd,
+    _mm256_loadu_pd,
+    _mm256_maskload_pd,
+    _mm256_maskstore_pd,
+    _mm256_set1_pd,
+    _mm256_fmadd_pd
+);

@@ -11,11 +11,25 @@ macro_rules! avx512_kernel {
      $zero:ident, $loadu:ident, $maskz_loadu:ident, $mask_storeu:ident, $set1:ident, $fmadd:ident) => {
         #[target_feature(enable = "avx512f")]
         unsafe fn $tile<const M: usize>(
-            cols: usize, kc: usize, a: *const $T, b: *const $T, c: *mut $T, ldc: usize, accumulate: bool,
+            cols: usize,
+            kc: usize,
+            a: *const $T,
+            b: *const $T,
+            c: *mut $T,
+            ldc: usize,
+            accumulate: bool,
         ) {
-            let m0: $mask = if cols >= $LANES { !0 } else { ((1u32 << cols) - 1) as $mask };
+            let m0: $mask = if cols >= $LANES {
+                !0
+            } else {
+                ((1u32 << cols) - 1) as $mask
+            };
             let c1 = cols.saturating_sub($LANES);
-            let m1: $mask = if c1 >= $LANES { !0 } else { ((1u32 << c1) - 1) as $mask };
+            let m1: $mask = if c1 >= $LANES {
+                !0
+            } else {
+                ((1u32 << c1) - 1) as $mask
+            };
             let mut acc0 = [$zero(); M];
             let mut acc1 = [$zero(); M];
             if accumulate {
@@ -47,20 +61,37 @@ macro_rules! avx512_kernel {
         /// row keep the FMA pipes busy and read 4 memory streams in parallel (the decode case).
         #[target_feature(enable = "avx512f")]
         unsafe fn $wide<const M: usize>(
-            cols_last: usize, kc: usize, a: *const $T, b: *const $T, bstride: usize, c: *mut $T, ldc: usize,
+            cols_last: usize,
+            kc: usize,
+            a: *const $T,
+            b: *const $T,
+            bstride: usize,
+            c: *mut $T,
+            ldc: usize,
             accumulate: bool,
         ) {
             const NR: usize = 2 * $LANES;
-            let m0: $mask = if cols_last >= $LANES { !0 } else { ((1u32 << cols_last) - 1) as $mask };
+            let m0: $mask = if cols_last >= $LANES {
+                !0
+            } else {
+                ((1u32 << cols_last) - 1) as $mask
+            };
             let c1 = cols_last.saturating_sub($LANES);
-            let m1: $mask = if c1 >= $LANES { !0 } else { ((1u32 << c1) - 1) as $mask };
+            let m1: $mask = if c1 >= $LANES {
+                !0
+            } else {
+                ((1u32 << c1) - 1) as $mask
+            };
             let full: $mask = !0;
             let masks = [full, full, full, full, full, full, m0, m1];
             let mut acc = [[$zero(); 8]; M];
             if accumulate {
                 for i in 0..M {
                     for v in 0..8 {
-                        acc[i][v] = $maskz_loadu(masks[v], c.add(i * ldc + (v / 2) * NR + (v % 2) * $LANES));
+                        acc[i][v] = $maskz_loadu(
+                            masks[v],
+                            c.add(i * ldc + (v / 2) * NR + (v % 2) * $LANES),
+                        );
                     }
                 }
             }
@@ -82,7 +113,11 @@ macro_rules! avx512_kernel {
             }
             for i in 0..M {
                 for v in 0..8 {
-                    $mask_storeu(c.add(i * ldc + (v / 2) * NR + (v % 2) * $LANES), masks[v], acc[i][v]);
+                    $mask_storeu(
+                        c.add(i * ldc + (v / 2) * NR + (v % 2) * $LANES),
+                        masks[v],
+                        acc[i][v],
+                    );
                 }
             }
         }
@@ -91,8 +126,15 @@ macro_rules! avx512_kernel {
         /// As for the tile kernel, with 4 B panels `bstride` values apart (the last one with
         /// `cols_last` live columns) and C `rows` x (3 NR + cols_last); rows <= 3.
         pub unsafe fn $wide_entry(
-            rows: usize, cols_last: usize, kc: usize, a: *const $T, b: *const $T, bstride: usize, c: *mut $T,
-            ldc: usize, accumulate: bool,
+            rows: usize,
+            cols_last: usize,
+            kc: usize,
+            a: *const $T,
+            b: *const $T,
+            bstride: usize,
+            c: *mut $T,
+            ldc: usize,
+            accumulate: bool,
         ) {
             match rows {
                 3 => $wide::<3>(cols_last, kc, a, b, bstride, c, ldc, accumulate),
@@ -106,7 +148,13 @@ macro_rules! avx512_kernel {
         /// The CPU supports AVX-512F; `a` holds `kc * MR` values, `b` holds `kc * NR`; C has
         /// `rows` rows of `cols` writable values `ldc` apart.
         pub unsafe fn $entry(
-            rows: usize, cols: usize, kc: usize, a: *const $T, b: *const $T, c: *mut $T, ldc: usize,
+            rows: usize,
+            cols: usize,
+            kc: usize,
+            a: *const $T,
+            b: *const $T,
+            c: *mut $T,
+            ldc: usize,
             accumulate: bool,
         ) {
             match rows {
@@ -128,9 +176,35 @@ macro_rules! avx512_kernel {
     };
 }
 
-avx512_kernel!(kernel_f32, tile_f32, wide_f32, wide_tile_f32, f32, MR_F32, 16, __mmask16,
-    _mm512_setzero_ps, _mm512_loadu_ps, _mm512_maskz_loadu_ps, _mm512_mask_storeu_ps,
-    _mm512_set1_ps, _mm512_fmadd_ps);
-avx512_kernel!(kernel_f64, tile_f64, wide_f64, wide_tile_f64, f64, MR_F64, 8, __mmask8,
-    _mm512_setzero_pd, _mm512_loadu_pd, _mm512_maskz_loadu_pd, _mm512_mask_storeu_pd,
-    _mm512_set1_pd, _mm512_fmadd_pd);
+avx512_kernel!(
+    kernel_f32,
+    tile_f32,
+    wide_f32,
+    wide_tile_f32,
+    f32,
+    MR_F32,
+    16,
+    __mmask16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_maskz_loadu_ps,
+    _mm512_mask_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps
+);
+avx512_kernel!(
+    kernel_f64,
+    tile_f64,
+    wide_f64,
+    wide_tile_f64,
+    f64,
+    MR_F64,
+    8,
+    __mmask8,
+    _mm512_setzero_pd,
+    _mm512_loadu_pd,
+    _mm512_maskz_loadu_pd,
+    _mm512_mask_storeu_pd,
+    _mm512_set1_pd,
+    _mm512_fmadd_pd
+);

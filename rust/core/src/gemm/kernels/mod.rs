@@ -42,10 +42,22 @@ impl HasKernels for f32 {
     fn spec(k: Kernel) -> KernelSpec<f32> {
         match k {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => KernelSpec { mr: avx512::MR_F32, run: avx512::kernel_f32, wide: Some(avx512::wide_f32) },
+            Kernel::Avx512 => KernelSpec {
+                mr: avx512::MR_F32,
+                run: avx512::kernel_f32,
+                wide: Some(avx512::wide_f32),
+            },
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => KernelSpec { mr: avx2::MR_F32, run: avx2::kernel_f32, wide: None },
-            _ => KernelSpec { mr: portable::MR, run: portable::kernel::<f32>, wide: None },
+            Kernel::Avx2 => KernelSpec {
+                mr: avx2::MR_F32,
+                run: avx2::kernel_f32,
+                wide: None,
+            },
+            _ => KernelSpec {
+                mr: portable::MR,
+                run: portable::kernel::<f32>,
+                wide: None,
+            },
         }
     }
 }
@@ -54,10 +66,22 @@ impl HasKernels for f64 {
     fn spec(k: Kernel) -> KernelSpec<f64> {
         match k {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => KernelSpec { mr: avx512::MR_F64, run: avx512::kernel_f64, wide: Some(avx512::wide_f64) },
+            Kernel::Avx512 => KernelSpec {
+                mr: avx512::MR_F64,
+                run: avx512::kernel_f64,
+                wide: Some(avx512::wide_f64),
+            },
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => KernelSpec { mr: avx2::MR_F64, run: avx2::kernel_f64, wide: None },
-            _ => KernelSpec { mr: portable::MR, run: portable::kernel::<f64>, wide: None },
+            Kernel::Avx2 => KernelSpec {
+                mr: avx2::MR_F64,
+                run: avx2::kernel_f64,
+                wide: None,
+            },
+            _ => KernelSpec {
+                mr: portable::MR,
+                run: portable::kernel::<f64>,
+                wide: None,
+            },
         }
     }
 }
