@@ -18,7 +18,7 @@ use crate::gemm::{self, GemmElement, MatRef, PackedB};
 use crate::kv_cache::{HeadKv, KvCache, KB};
 use crate::ops::{self, Transcendental};
 use crate::threads::{self, SendPtr};
-use crate::{Error, Result};
+use crate::Result;
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -708,17 +708,6 @@ fn add_into<T: Float>(x: &mut [T], y: &[T], d: usize) {
             *a = *a + b;
         }
     });
-}
-
-/// Check that a config and a token count fit the model (used by the bindings).
-pub fn check_len(cfg: &Config, total: usize) -> Result<()> {
-    if !cfg.sinusoidal && total > cfg.n_ctx {
-        return Err(Error::Value(format!(
-            "sequence length {total} exceeds n_ctx = {}",
-            cfg.n_ctx
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

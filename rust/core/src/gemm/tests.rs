@@ -7,61 +7,65 @@ fn random<T: Element>(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<T> {
         .collect()
 }
 
-/// Every kernel against the naive loop, bit for bit, with sentinels around the output.
+/// One product with `kernel` against the naive loop, bit for bit. The output sits inside a
+/// larger buffer (row stride n + 3, one extra row before and after) filled with a sentinel
+/// that must survive everywhere outside C.
+fn check_product<T: GemmElement>(
+    kernel: Kernel,
+    rng: &mut rand::rngs::StdRng,
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    let a = random::<T>(rng, m * k);
+    let b = random::<T>(rng, k * n);
+    let mut want = vec![T::ZERO; m * n];
+    gemm_reference(
+        MatRef::from_slice(&a, m, k),
+        MatRef::from_slice(&b, k, n),
+        &mut want,
+    );
+    let ldc = n + 3;
+    let sentinel = T::from_f64(12345.5);
+    let mut c = vec![sentinel; (m + 2) * ldc];
+    let off = ldc;
+    let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
+    gemm_with(
+        kernel,
+        MatRef::from_slice(&a, m, k),
+        &pb,
+        &mut c[off..],
+        ldc,
+    );
+    for (idx, &v) in c.iter().enumerate() {
+        let (r, col) = ((idx.wrapping_sub(off)) / ldc, (idx.wrapping_sub(off)) % ldc);
+        if idx >= off && r < m && col < n {
+            assert!(
+                v.to_f64().to_bits() == want[r * n + col].to_f64().to_bits(),
+                "{} {kernel:?} m={m} n={n} k={k} at ({r},{col}): {v:?} vs {:?}",
+                T::NAME,
+                want[r * n + col]
+            );
+        } else {
+            assert!(
+                v == sentinel,
+                "{} {kernel:?} m={m} n={n} k={k}: wrote outside C at {idx}",
+                T::NAME
+            );
+        }
+    }
+}
+
+/// Every kernel, every small shape around the tile sizes, K around the depth block.
 fn check_all_shapes<T: GemmElement>() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let kc = T::KC_MAX;
     for kernel in available() {
         let mr = T::spec(kernel).mr;
-        let nr = T::NR;
         for &k in &[0usize, 1, kc - 1, kc, kc + 1, 2 * kc + 3] {
             for m in 0..=2 * mr + 1 {
-                for n in (0..=2 * nr + 1).step_by(if k > kc { 3 } else { 1 }) {
-                    let a = random::<T>(&mut rng, m * k);
-                    let b = random::<T>(&mut rng, k * n);
-                    let mut want = vec![T::ZERO; m * n];
-                    gemm_reference(
-                        MatRef::from_slice(&a, m, k),
-                        MatRef::from_slice(&b, k, n),
-                        &mut want,
-                    );
-                    // Output embedded in a larger buffer: ldc = n + 3, sentinels everywhere else.
-                    let ldc = n + 3;
-                    let sentinel = T::from_f64(12345.5);
-                    let mut c = vec![sentinel; (m + 2) * ldc];
-                    let off = ldc; // one sentinel row before
-                    let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
-                    gemm_with(
-                        kernel,
-                        MatRef::from_slice(&a, m, k),
-                        &pb,
-                        &mut c[off..],
-                        ldc,
-                    );
-                    for (idx, &v) in c.iter().enumerate() {
-                        let inside = idx >= off && {
-                            let r = (idx - off) / ldc;
-                            let col = (idx - off) % ldc;
-                            r < m && col < n
-                        };
-                        if inside {
-                            let (r, col) = ((idx - off) / ldc, (idx - off) % ldc);
-                            assert!(
-                                v.to_f64().to_bits() == want[r * n + col].to_f64().to_bits(),
-                                "{} {:?} m={m} n={n} k={k} at ({r},{col}): {v:?} vs {:?}",
-                                T::NAME,
-                                kernel,
-                                want[r * n + col]
-                            );
-                        } else {
-                            assert!(
-                                v == sentinel,
-                                "{} {:?} m={m} n={n} k={k}: wrote outside C at {idx}",
-                                T::NAME,
-                                kernel
-                            );
-                        }
-                    }
+                for n in (0..=2 * T::NR + 1).step_by(if k > kc { 3 } else { 1 }) {
+                    check_product::<T>(kernel, &mut rng, m, k, n);
                 }
             }
         }
@@ -134,32 +138,7 @@ fn wide_kernel_matches_reference() {
             for m in 1..=4 {
                 for n in [4 * T::NR, 4 * T::NR + 1, 5 * T::NR - 3, 9 * T::NR + 7] {
                     for k in [1, T::KC_MAX, T::KC_MAX + 1, 1000] {
-                        let a = random::<T>(&mut rng, m * k);
-                        let b = random::<T>(&mut rng, k * n);
-                        let mut want = vec![T::ZERO; m * n];
-                        gemm_reference(
-                            MatRef::from_slice(&a, m, k),
-                            MatRef::from_slice(&b, k, n),
-                            &mut want,
-                        );
-                        let ldc = n + 5;
-                        let mut c = vec![T::from_f64(-7.25); m * ldc];
-                        let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
-                        gemm_with(kernel, MatRef::from_slice(&a, m, k), &pb, &mut c, ldc);
-                        for i in 0..m {
-                            for j in 0..ldc {
-                                let v = c[i * ldc + j];
-                                if j < n {
-                                    assert_eq!(
-                                        v.to_f64().to_bits(),
-                                        want[i * n + j].to_f64().to_bits(),
-                                        "{kernel:?} m={m} n={n} k={k}"
-                                    );
-                                } else {
-                                    assert!(v == T::from_f64(-7.25), "wrote past the row end");
-                                }
-                            }
-                        }
+                        check_product::<T>(kernel, &mut rng, m, k, n);
                     }
                 }
             }
