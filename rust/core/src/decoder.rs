@@ -19,7 +19,6 @@ use crate::kv_cache::{HeadKv, KvCache, KB};
 use crate::ops::{self, Transcendental};
 use crate::threads::{self, SendPtr};
 use crate::Result;
-use rayon::prelude::*;
 use std::collections::HashMap;
 
 /// Phase timings printed to stderr when `GPTCORE_PROFILE=1` (for tuning; off by default).
@@ -189,11 +188,17 @@ fn for_rows<T: Send>(buf: &mut [T], width: usize, f: impl Fn(usize, &mut [T]) + 
     if width == 0 {
         return;
     }
+    let rows = buf.len() / width;
     if buf.len() >= 1 << 15 && threads::num_threads() > 1 {
-        threads::install(|| {
-            buf.par_chunks_mut(width)
-                .enumerate()
-                .for_each(|(i, r)| f(i, r))
+        // Chunks of rows about 8K values each, so an item is worth handing out.
+        let per = (8192 / width).max(1);
+        let ptr = SendPtr(buf.as_mut_ptr());
+        threads::parallel_for(rows.div_ceil(per), |c| {
+            for i in c * per..((c + 1) * per).min(rows) {
+                // SAFETY: row i lies inside `buf` and belongs to chunk c alone.
+                let r = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(i * width), width) };
+                f(i, r);
+            }
         });
     } else {
         buf.chunks_mut(width).enumerate().for_each(|(i, r)| f(i, r));
@@ -543,7 +548,11 @@ impl<T: Float> Model<T> {
                 }
             };
             if rows * d >= 1 << 14 {
-                threads::install(|| heads.par_iter_mut().enumerate().for_each(fill));
+                let hp = SendPtr(heads.as_mut_ptr());
+                // SAFETY: item idx touches heads[idx] alone.
+                threads::parallel_for(heads.len(), |idx| {
+                    fill((idx, unsafe { &mut *hp.get().add(idx) }))
+                });
             } else {
                 heads.iter_mut().enumerate().for_each(fill);
             }
@@ -590,10 +599,8 @@ impl<T: Float> Model<T> {
             };
             let flops = (items.len() * KB * KB * dh) as f64;
             if items.len() > 1 && flops > 1e5 && threads::num_threads() > 1 {
-                threads::install(|| {
-                    items
-                        .par_iter()
-                        .for_each_init(Scratch::default, |s, it| work(it, s))
+                threads::parallel_for_init(items.len(), Scratch::default, |s, i| {
+                    work(&items[i], s)
                 });
             } else {
                 let mut s = Scratch::default();

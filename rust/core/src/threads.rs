@@ -1,80 +1,392 @@
-//! The thread pool every parallel loop runs on, and its size.
+//! The team of threads every parallel loop runs on, and its size.
+//!
+//! A team is the calling thread plus `n - 1` workers that live as long as the team. A parallel
+//! loop publishes one job (a closure and the number of participants), the caller takes part
+//! as participant 0, and the items of the loop are handed out in order from a shared counter.
+//! After a job, workers keep watching for the next one for a short while ([`SPIN`]) before
+//! they sleep, so the back-to-back loops of a forward pass or a decode step start in well under
+//! a microsecond instead of paying an operating-system wake-up each time.
 //!
 //! The default size is the number of cores the process may use (`GPTCORE_NUM_THREADS`
 //! overrides it). Results never depend on the size: work is split over disjoint outputs and
-//! every reduction runs in a fixed order inside one thread.
+//! every reduction runs in a fixed order inside one item. A loop started while the team is busy
+//! (another Python thread, or a loop inside a loop) runs on its calling thread alone.
+//!
+//! A panic inside an item is caught on the thread that raised it and raised again on the
+//! calling thread once every participant has stopped, so borrowed data outlives all uses.
 
-use rayon::ThreadPool;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::any::Any;
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-static POOL: OnceLock<RwLock<Arc<ThreadPool>>> = OnceLock::new();
+/// How long an idle worker keeps watching for the next job before it sleeps.
+pub const SPIN: Duration = Duration::from_micros(500);
+
+/// Participants in the job word's low bits; the job counter above them.
+const ACTIVE_BITS: u32 = 16;
+/// Largest team size (the job word's low bits hold the participant count).
+pub const MAX_THREADS: usize = 1024;
+
+type Body<'a> = dyn Fn(usize) + Sync + 'a;
+
+struct Shared {
+    /// `(job counter << ACTIVE_BITS) | participants`; a new value means a new job.
+    job_word: AtomicU64,
+    /// The current job's body. Written by the caller only while no worker can be reading it:
+    /// before the job word announces it, and after every participant has reported back.
+    body: UnsafeCell<Option<*const Body<'static>>>,
+    /// Participants (other than the caller) still running the current job.
+    pending: AtomicUsize,
+    /// The first panic raised by a worker during the current job.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Per worker: set while it sleeps (or is about to), so the caller knows to wake it.
+    sleeping: Vec<AtomicBool>,
+    shutdown: AtomicBool,
+}
+
+// SAFETY: `body` is only accessed under the protocol described on the field.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+struct Team {
+    size: usize,
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    jobs: u64,
+    pid: u32,
+}
+
+impl Team {
+    fn new(size: usize) -> Team {
+        let shared = Arc::new(Shared {
+            job_word: AtomicU64::new(0),
+            body: UnsafeCell::new(None),
+            pending: AtomicUsize::new(0),
+            panic: Mutex::new(None),
+            sleeping: (0..size).map(|_| AtomicBool::new(false)).collect(),
+            shutdown: AtomicBool::new(false),
+        });
+        let mut workers = Vec::with_capacity(size.saturating_sub(1));
+        for tid in 1..size {
+            let s = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("gptcore-{tid}"))
+                .spawn(move || worker(s, tid));
+            match spawned {
+                Ok(h) => workers.push(h),
+                // The system refused another thread: run with the ones we have.
+                Err(_) => break,
+            }
+        }
+        Team {
+            size: workers.len() + 1,
+            shared,
+            workers,
+            jobs: 0,
+            pid: std::process::id(),
+        }
+    }
+
+    fn stop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for h in &self.workers {
+            h.thread().unpark();
+        }
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+
+    /// Run `body(tid)` on participants 0..active (the caller is 0) and wait for all of them.
+    fn run(&mut self, active: usize, body: &Body<'_>) {
+        let s = &*self.shared;
+        // SAFETY: every worker has finished the previous job (pending reached 0), and workers
+        // that sat it out never read `body`; the lifetime is erased only until this function
+        // returns, and it returns after every participant has stopped using it.
+        unsafe {
+            *s.body.get() = Some(
+                std::mem::transmute::<&Body<'_>, &'static Body<'static>>(body)
+                    as *const Body<'static>,
+            );
+        }
+        s.pending.store(active - 1, Ordering::SeqCst);
+        self.jobs += 1;
+        s.job_word
+            .store((self.jobs << ACTIVE_BITS) | active as u64, Ordering::SeqCst);
+        for tid in 1..active {
+            if s.sleeping[tid].load(Ordering::SeqCst) {
+                self.workers[tid - 1].thread().unpark();
+            }
+        }
+        let mine = catch_unwind(AssertUnwindSafe(|| body(0)));
+        let mut spins = 0u32;
+        while s.pending.load(Ordering::Acquire) != 0 {
+            spins = spins.saturating_add(1);
+            if spins < 1 << 14 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let theirs = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Err(p) = mine {
+            resume_unwind(p);
+        }
+        if let Some(p) = theirs {
+            resume_unwind(p);
+        }
+    }
+}
+
+impl Drop for Team {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn worker(s: Arc<Shared>, tid: usize) {
+    let mut seen = 0u64;
+    loop {
+        // Wait for a job word other than the last one seen: spin a while, then sleep.
+        let mut since: Option<Instant> = None;
+        let mut spins = 0u32;
+        let word = loop {
+            let w = s.job_word.load(Ordering::Acquire);
+            if w != seen {
+                break w;
+            }
+            if s.shutdown.load(Ordering::Relaxed) {
+                return;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && since.get_or_insert_with(Instant::now).elapsed() > SPIN {
+                s.sleeping[tid].store(true, Ordering::SeqCst);
+                if s.job_word.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::SeqCst) {
+                    std::thread::park();
+                }
+                s.sleeping[tid].store(false, Ordering::SeqCst);
+                since = None;
+                continue;
+            }
+            std::hint::spin_loop();
+        };
+        seen = word;
+        let active = (word & ((1 << ACTIVE_BITS) - 1)) as usize;
+        if tid >= active {
+            continue;
+        }
+        // SAFETY: the caller wrote `body` before publishing this job word and keeps it alive
+        // until this participant decrements `pending`.
+        let body = unsafe { (*s.body.get()).expect("job without a body") };
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| unsafe { (*body)(tid) })) {
+            s.panic
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(p);
+        }
+        s.pending.fetch_sub(1, Ordering::Release);
+    }
+}
+
+static TEAM: Mutex<Option<Team>> = Mutex::new(None);
+/// The size parallel work uses (0 until first asked).
+static SIZE: AtomicUsize = AtomicUsize::new(0);
 
 fn default_threads() -> usize {
     if let Ok(v) = std::env::var("GPTCORE_NUM_THREADS") {
         if let Ok(n) = v.trim().parse::<usize>() {
             if n >= 1 {
-                return n;
+                return n.min(MAX_THREADS);
             }
         }
     }
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-}
-
-fn build(n: usize) -> Arc<ThreadPool> {
-    Arc::new(
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .thread_name(|i| format!("gptcore-{i}"))
-            .build()
-            .expect("cannot start the gptcore thread pool"),
-    )
-}
-
-fn cell() -> &'static RwLock<Arc<ThreadPool>> {
-    POOL.get_or_init(|| RwLock::new(build(default_threads())))
-}
-
-/// The pool to run parallel work on.
-pub fn pool() -> Arc<ThreadPool> {
-    cell().read().unwrap_or_else(|e| e.into_inner()).clone()
+        .min(MAX_THREADS)
 }
 
 /// Number of threads parallel work uses.
 pub fn num_threads() -> usize {
-    pool().current_num_threads()
+    match SIZE.load(Ordering::Relaxed) {
+        0 => {
+            let n = default_threads();
+            // Another thread may have set a size meanwhile; keep theirs.
+            match SIZE.compare_exchange(0, n, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => n,
+                Err(now) => now,
+            }
+        }
+        n => n,
+    }
 }
 
-/// Resize the pool (n >= 1). Work already running finishes on the old pool.
+/// Set the number of threads (1 ..= 1024). Loops already running finish on the old team.
 pub fn set_num_threads(n: usize) -> crate::Result<()> {
     if n == 0 {
         return crate::value_error!("num_threads must be >= 1, got 0");
     }
-    if n > 1024 {
-        return crate::value_error!("num_threads must be <= 1024, got {n}");
+    if n > MAX_THREADS {
+        return crate::value_error!("num_threads must be <= {MAX_THREADS}, got {n}");
     }
-    let mut w = cell().write().unwrap_or_else(|e| e.into_inner());
-    if w.current_num_threads() != n {
-        *w = build(n);
+    let mut team = TEAM.lock().unwrap_or_else(|e| e.into_inner());
+    SIZE.store(n, Ordering::Relaxed);
+    if team.as_ref().is_some_and(|t| t.size != n) {
+        // Dropping the old team stops and joins its workers.
+        *team = None;
     }
     Ok(())
 }
 
-/// Run `f` on the pool (parallel iterators inside it use the pool's threads).
-pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    let p = pool();
-    p.install(f)
+/// Run `body(tid)` on up to `want` participants (tid 0 is the calling thread). Every
+/// participant must share out the work itself (see [`parallel_for`]); a body run by one
+/// participant alone must do all of it.
+fn run(want: usize, body: &Body<'_>) {
+    let want = want.min(num_threads());
+    if want <= 1 {
+        return body(0);
+    }
+    let mut guard = match TEAM.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        // Busy: another thread's loop, or this loop's own body. Run here, alone.
+        Err(TryLockError::WouldBlock) => return body(0),
+    };
+    let size = num_threads();
+    if guard.as_ref().is_some_and(|t| t.pid != std::process::id()) {
+        // A forked child inherits the team's state but not its threads: start a new team
+        // (the old one's threads do not exist here, so it is forgotten, not joined).
+        std::mem::forget(guard.take());
+    }
+    let team = guard.get_or_insert_with(|| Team::new(size));
+    let active = want.min(team.size);
+    if active <= 1 {
+        return body(0);
+    }
+    team.run(active, body);
+}
+
+/// Run `f(i)` for every `i` in `0..n`, on up to [`num_threads`] threads. Items are handed out
+/// in increasing order, one at a time; `f` must only write what item `i` owns.
+pub fn parallel_for(n: usize, f: impl Fn(usize) + Sync) {
+    parallel_for_init(n, || (), |_, i| f(i));
+}
+
+/// [`parallel_for`] with per-thread scratch state made by `init` on first use.
+pub fn parallel_for_init<S>(
+    n: usize,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, usize) + Sync,
+) {
+    if n == 0 {
+        return;
+    }
+    if n == 1 {
+        return f(&mut init(), 0);
+    }
+    let next = AtomicUsize::new(0);
+    let body = |_tid: usize| {
+        let mut state: Option<S> = None;
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            f(state.get_or_insert_with(&init), i);
+        }
+    };
+    run(n, &body);
 }
 
 /// A raw pointer that may cross threads; users guarantee disjoint writes.
-#[derive(Clone, Copy)]
 pub struct SendPtr<T>(pub *mut T);
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
 unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 impl<T> SendPtr<T> {
     #[inline(always)]
     pub fn get(self) -> *mut T {
         self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn every_item_runs_once_at_any_size() {
+        for threads in [1, 2, 3, 5] {
+            set_num_threads(threads).unwrap();
+            for n in [0, 1, 2, 3, 7, 64, 1000] {
+                let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+                parallel_for(n, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            }
+        }
+        set_num_threads(2).unwrap();
+    }
+
+    #[test]
+    fn nested_loops_and_panics() {
+        set_num_threads(3).unwrap();
+        let total = AtomicUsize::new(0);
+        parallel_for(4, |_| {
+            // The team is busy: this inner loop runs on its own thread, completely.
+            parallel_for(10, |j| {
+                total.fetch_add(j, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 4 * 45);
+        for _ in 0..3 {
+            let r = catch_unwind(|| {
+                parallel_for(16, |i| {
+                    if i == 11 {
+                        panic!("item 11");
+                    }
+                })
+            });
+            let msg = r.unwrap_err();
+            assert_eq!(msg.downcast_ref::<&str>(), Some(&"item 11"));
+        }
+        // The team still works after the panics, also after sleeping.
+        std::thread::sleep(SPIN * 4);
+        let sum = AtomicUsize::new(0);
+        parallel_for(100, |i| {
+            sum.fetch_add(i, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 4950);
+        set_num_threads(2).unwrap();
+    }
+
+    #[test]
+    fn concurrent_callers() {
+        set_num_threads(2).unwrap();
+        std::thread::scope(|sc| {
+            for t in 0..4 {
+                sc.spawn(move || {
+                    for r in 0..200 {
+                        let sum = AtomicUsize::new(0);
+                        parallel_for(50 + t + r % 7, |i| {
+                            sum.fetch_add(i, Ordering::Relaxed);
+                        });
+                        let n = 50 + t + r % 7;
+                        assert_eq!(sum.load(Ordering::Relaxed), n * (n - 1) / 2);
+                    }
+                });
+            }
+        });
     }
 }

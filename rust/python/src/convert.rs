@@ -41,7 +41,9 @@ pub fn view2<'a, T: numpy::Element + Copy>(arr: &'a PyReadonlyArray2<'_, T>) -> 
     if aligned && strides[0] % item == 0 && strides[1] % item == 0 {
         // SAFETY: numpy guarantees every element addressed by shape and strides is readable;
         // the readonly borrow keeps the array alive and unmodified for 'a.
-        return View2::Borrowed(unsafe { MatRef::from_raw(ptr, rows, cols, strides[0] / item, strides[1] / item) });
+        return View2::Borrowed(unsafe {
+            MatRef::from_raw(ptr, rows, cols, strides[0] / item, strides[1] / item)
+        });
     }
     let base = ptr as *const u8;
     let mut v = Vec::with_capacity(rows * cols);
@@ -49,7 +51,9 @@ pub fn view2<'a, T: numpy::Element + Copy>(arr: &'a PyReadonlyArray2<'_, T>) -> 
         for j in 0..cols {
             // SAFETY: as above; the read does not assume alignment.
             v.push(unsafe {
-                std::ptr::read_unaligned(base.offset(i as isize * strides[0] + j as isize * strides[1]) as *const T)
+                std::ptr::read_unaligned(
+                    base.offset(i as isize * strides[0] + j as isize * strides[1]) as *const T,
+                )
             });
         }
     }
@@ -58,14 +62,15 @@ pub fn view2<'a, T: numpy::Element + Copy>(arr: &'a PyReadonlyArray2<'_, T>) -> 
 
 /// Run heavy work without the GIL; a Rust panic becomes a Python RuntimeError.
 pub fn detach<R: Send>(py: Python<'_>, f: impl FnOnce() -> R + Send) -> PyResult<R> {
-    py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))).map_err(|p| {
-        let msg = if let Some(s) = p.downcast_ref::<&str>() {
-            s.to_string()
-        } else if let Some(s) = p.downcast_ref::<String>() {
-            s.clone()
-        } else {
-            "unknown panic".to_string()
-        };
-        PyRuntimeError::new_err(format!("internal error in gptcore (please report): {msg}"))
-    })
+    py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
+        .map_err(|p| {
+            let msg = if let Some(s) = p.downcast_ref::<&str>() {
+                s.to_string()
+            } else if let Some(s) = p.downcast_ref::<String>() {
+                s.clone()
+            } else {
+                "unknown panic".to_string()
+            };
+            PyRuntimeError::new_err(format!("internal error in gptcore (please report): {msg}"))
+        })
 }

@@ -16,15 +16,23 @@ pub struct RustlabRng {
 
 fn seed_arg(seed: &Bound<'_, PyAny>) -> PyResult<u64> {
     let i = index_arg(seed).map_err(|_| {
-        PyTypeError::new_err(format!("RustlabRng: seed must be an int, got {}", type_name(seed)))
+        PyTypeError::new_err(format!(
+            "RustlabRng: seed must be an int, got {}",
+            type_name(seed)
+        ))
     })?;
     u64::try_from(i).map_err(|_| {
-        PyValueError::new_err(format!("RustlabRng: seed must be in [0, 2**64 - 1], got {seed}"))
+        PyValueError::new_err(format!(
+            "RustlabRng: seed must be in [0, 2**64 - 1], got {seed}"
+        ))
     })
 }
 
 fn type_name(v: &Bound<'_, PyAny>) -> String {
-    v.get_type().name().map(|s| s.to_string()).unwrap_or_else(|_| "?".to_string())
+    v.get_type()
+        .name()
+        .map(|s| s.to_string())
+        .unwrap_or_else(|_| "?".to_string())
 }
 
 /// `operator.index(v)` as an i128 (bool refused); Err(()) when `v` is not an integer.
@@ -33,7 +41,11 @@ fn index_arg(v: &Bound<'_, PyAny>) -> Result<i128, ()> {
         return Err(());
     }
     if let Ok(b) = v.getattr("dtype") {
-        if b.getattr("kind").and_then(|k| k.extract::<String>()).map(|k| k == "b").unwrap_or(false) {
+        if b.getattr("kind")
+            .and_then(|k| k.extract::<String>())
+            .map(|k| k == "b")
+            .unwrap_or(false)
+        {
             return Err(());
         }
     }
@@ -43,12 +55,19 @@ fn index_arg(v: &Bound<'_, PyAny>) -> Result<i128, ()> {
 }
 
 fn dim_arg(name: &str, v: &Bound<'_, PyAny>) -> PyResult<usize> {
-    let i = index_arg(v)
-        .map_err(|_| PyTypeError::new_err(format!("randn: {name} must be an int, got {}", type_name(v))))?;
+    let i = index_arg(v).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "randn: {name} must be an int, got {}",
+            type_name(v)
+        ))
+    })?;
     if i < 0 {
-        return Err(PyValueError::new_err(format!("randn: {name} must be >= 0, got {v}")));
+        return Err(PyValueError::new_err(format!(
+            "randn: {name} must be >= 0, got {v}"
+        )));
     }
-    usize::try_from(i).map_err(|_| PyValueError::new_err(format!("randn: {name} is too large, got {v}")))
+    usize::try_from(i)
+        .map_err(|_| PyValueError::new_err(format!("randn: {name} is too large, got {v}")))
 }
 
 #[pymethods]
@@ -56,7 +75,10 @@ impl RustlabRng {
     #[new]
     fn new(seed: &Bound<'_, PyAny>) -> PyResult<Self> {
         let s = seed_arg(seed)?;
-        Ok(RustlabRng { inner: rng::RustlabRng::new(s), seed: s })
+        Ok(RustlabRng {
+            inner: rng::RustlabRng::new(s),
+            seed: s,
+        })
     }
 
     /// Restart the stream, as rustlab's `seed(seed)`.

@@ -26,15 +26,21 @@ impl PackedMatrix {
             let v = view2(&b);
             let v = v.mat();
             let p = detach(py, || PackedB::try_pack(v))?.map_err(to_py_err)?;
-            return Ok(PackedMatrix { inner: Packed::F32(p) });
+            return Ok(PackedMatrix {
+                inner: Packed::F32(p),
+            });
         }
         if let Ok(b) = b.extract::<PyReadonlyArray2<f64>>() {
             let v = view2(&b);
             let v = v.mat();
             let p = detach(py, || PackedB::try_pack(v))?.map_err(to_py_err)?;
-            return Ok(PackedMatrix { inner: Packed::F64(p) });
+            return Ok(PackedMatrix {
+                inner: Packed::F64(p),
+            });
         }
-        Err(PyTypeError::new_err("PackedMatrix: b must be a 2-D float32 or float64 numpy array"))
+        Err(PyTypeError::new_err(
+            "PackedMatrix: b must be a 2-D float32 or float64 numpy array",
+        ))
     }
 
     #[getter]
@@ -84,7 +90,9 @@ fn product<'py, T: gemm::GemmElement + numpy::Element>(
     }
     let av = view2(&a);
     let av = av.mat();
-    let len = m.checked_mul(n).ok_or_else(|| pyo3::exceptions::PyMemoryError::new_err("matmul: output size overflows"))?;
+    let len = m
+        .checked_mul(n)
+        .ok_or_else(|| pyo3::exceptions::PyMemoryError::new_err("matmul: output size overflows"))?;
     let mut c = gptcore_core::error::try_zeroed::<T>(len, "matmul output").map_err(to_py_err)?;
     detach(py, || match forced {
         Some(kern) => gemm::gemm_with(kern, av, b, &mut c, n),
@@ -102,7 +110,12 @@ fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
 /// `a @ b` for 2-D float arrays of one dtype; `b` may be a PackedMatrix.
 #[pyfunction]
 #[pyo3(signature = (a, b, kernel=None))]
-fn matmul<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, kernel: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
+fn matmul<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    kernel: Option<&str>,
+) -> PyResult<Bound<'py, PyAny>> {
     let forced = match kernel {
         None => None,
         Some(name) => Some(parse_kernel(name)?),
@@ -112,39 +125,58 @@ fn matmul<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, ke
         return match &pm.inner {
             Packed::F32(p) => {
                 let a = a.extract::<PyReadonlyArray2<f32>>().map_err(|_| {
-                    PyTypeError::new_err("matmul: a must be a 2-D float32 array to match the float32 PackedMatrix")
+                    PyTypeError::new_err(
+                        "matmul: a must be a 2-D float32 array to match the float32 PackedMatrix",
+                    )
                 })?;
                 Ok(product(py, a, p, forced)?.into_any())
             }
             Packed::F64(p) => {
                 let a = a.extract::<PyReadonlyArray2<f64>>().map_err(|_| {
-                    PyTypeError::new_err("matmul: a must be a 2-D float64 array to match the float64 PackedMatrix")
+                    PyTypeError::new_err(
+                        "matmul: a must be a 2-D float64 array to match the float64 PackedMatrix",
+                    )
                 })?;
                 Ok(product(py, a, p, forced)?.into_any())
             }
         };
     }
-    if let (Ok(a), Ok(b)) = (a.extract::<PyReadonlyArray2<f32>>(), b.extract::<PyReadonlyArray2<f32>>()) {
+    if let (Ok(a), Ok(b)) = (
+        a.extract::<PyReadonlyArray2<f32>>(),
+        b.extract::<PyReadonlyArray2<f32>>(),
+    ) {
         let bv = view2(&b);
         let bv = bv.mat();
         let pb = detach(py, || PackedB::try_pack(bv))?.map_err(to_py_err)?;
         return Ok(product(py, a, &pb, forced)?.into_any());
     }
-    if let (Ok(a), Ok(b)) = (a.extract::<PyReadonlyArray2<f64>>(), b.extract::<PyReadonlyArray2<f64>>()) {
+    if let (Ok(a), Ok(b)) = (
+        a.extract::<PyReadonlyArray2<f64>>(),
+        b.extract::<PyReadonlyArray2<f64>>(),
+    ) {
         let bv = view2(&b);
         let bv = bv.mat();
         let pb = detach(py, || PackedB::try_pack(bv))?.map_err(to_py_err)?;
         return Ok(product(py, a, &pb, forced)?.into_any());
     }
-    Err(PyTypeError::new_err("matmul: a and b must be 2-D numpy arrays of one dtype, float32 or float64"))
+    Err(PyTypeError::new_err(
+        "matmul: a and b must be 2-D numpy arrays of one dtype, float32 or float64",
+    ))
 }
 
 /// The naive `mul_add` triple loop (the exactness reference), for tests.
 #[pyfunction]
-fn matmul_reference<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+fn matmul_reference<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
     macro_rules! run {
         ($t:ty) => {
-            if let (Ok(a), Ok(b)) = (a.extract::<PyReadonlyArray2<$t>>(), b.extract::<PyReadonlyArray2<$t>>()) {
+            if let (Ok(a), Ok(b)) = (
+                a.extract::<PyReadonlyArray2<$t>>(),
+                b.extract::<PyReadonlyArray2<$t>>(),
+            ) {
                 let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
                 if k != b.shape()[0] {
                     return Err(PyValueError::new_err(format!(
@@ -162,12 +194,16 @@ fn matmul_reference<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, 
     }
     run!(f32);
     run!(f64);
-    Err(PyTypeError::new_err("matmul_reference: a and b must be 2-D arrays of one dtype, float32 or float64"))
+    Err(PyTypeError::new_err(
+        "matmul_reference: a and b must be 2-D arrays of one dtype, float32 or float64",
+    ))
 }
 
 fn parse_kernel(name: &str) -> PyResult<Kernel> {
     Kernel::from_name(name).ok_or_else(|| {
-        PyValueError::new_err(format!("kernel must be one of 'avx512', 'avx2', 'portable'; got {name:?}"))
+        PyValueError::new_err(format!(
+            "kernel must be one of 'avx512', 'avx2', 'portable'; got {name:?}"
+        ))
     })
 }
 
@@ -197,7 +233,9 @@ fn available_kernels() -> Vec<&'static str> {
 #[pyfunction]
 fn set_num_threads(n: i64) -> PyResult<()> {
     if n < 1 {
-        return Err(PyValueError::new_err(format!("set_num_threads: n must be >= 1, got {n}")));
+        return Err(PyValueError::new_err(format!(
+            "set_num_threads: n must be >= 1, got {n}"
+        )));
     }
     threads::set_num_threads(n as usize).map_err(to_py_err)
 }
@@ -214,8 +252,22 @@ fn block_sizes() -> Vec<(&'static str, &'static str, usize, usize, usize, usize)
     use gptcore_core::Element;
     let mut out = vec![];
     for k in Kernel::ALL {
-        out.push(("float32", k.name(), f32::spec(k).mr, f32::NR, f32::KC_MAX, gemm::MC));
-        out.push(("float64", k.name(), f64::spec(k).mr, f64::NR, f64::KC_MAX, gemm::MC));
+        out.push((
+            "float32",
+            k.name(),
+            f32::spec(k).mr,
+            f32::NR,
+            f32::KC_MAX,
+            gemm::MC,
+        ));
+        out.push((
+            "float64",
+            k.name(),
+            f64::spec(k).mr,
+            f64::NR,
+            f64::KC_MAX,
+            gemm::MC,
+        ));
     }
     out
 }

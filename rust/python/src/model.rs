@@ -9,7 +9,9 @@ use crate::convert::{detach, to_py_err};
 use gptcore_core::decoder::{Config, Float, Logits, Model, Tensor};
 use gptcore_core::kv_cache::KvCache;
 use gptcore_core::Error;
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{
+    PyArray1, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -53,7 +55,11 @@ pub struct NativeCache {
 
 impl NativeCache {
     /// Run `f` on the keys and values, waiting for the mutex with the GIL released.
-    fn with_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut AnyCache) -> R + Send) -> R {
+    fn with_detached<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut AnyCache) -> R + Send,
+    ) -> R {
         py.detach(|| f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner())))
     }
 }
@@ -97,16 +103,27 @@ fn build<T: Float + numpy::Element>(
     for (k, v) in weights.iter() {
         let name: String = k.extract()?;
         let arr = v.extract::<PyReadonlyArrayDyn<'_, T>>().map_err(|_| {
-            PyTypeError::new_err(format!("weights[{name:?}] must be a numpy array of dtype {}", T::NAME))
+            PyTypeError::new_err(format!(
+                "weights[{name:?}] must be a numpy array of dtype {}",
+                T::NAME
+            ))
         })?;
         if !arr.is_c_contiguous() {
-            return Err(PyValueError::new_err(format!("weights[{name:?}] must be C-contiguous")));
+            return Err(PyValueError::new_err(format!(
+                "weights[{name:?}] must be C-contiguous"
+            )));
         }
         arrays.push((name, arr));
     }
     let mut map: HashMap<String, Tensor<'_, T>> = HashMap::new();
     for (name, arr) in &arrays {
-        map.insert(name.clone(), Tensor { shape: arr.shape().to_vec(), data: arr.as_slice()? });
+        map.insert(
+            name.clone(),
+            Tensor {
+                shape: arr.shape().to_vec(),
+                data: arr.as_slice()?,
+            },
+        );
     }
     detach(py, || Model::new(cfg, &map, attn_bias, mlp_bias, ln_affine))?.map_err(to_py_err)
 }
@@ -136,7 +153,9 @@ fn ids_u32(ids: &PyReadonlyArray2<'_, i64>, vocab: usize) -> PyResult<(Vec<u32>,
     let mut out = Vec::with_capacity(b * t);
     for &x in v.iter() {
         if x < 0 || x as u64 >= vocab as u64 {
-            return Err(PyValueError::new_err(format!("ids: token id {x} is out of range [0, {vocab})")));
+            return Err(PyValueError::new_err(format!(
+                "ids: token id {x} is out of range [0, {vocab})"
+            )));
         }
         out.push(x as u32);
     }
@@ -148,7 +167,9 @@ fn parse_logits(s: &str) -> PyResult<Logits> {
         "all" => Ok(Logits::All),
         "last" => Ok(Logits::Last),
         "none" => Ok(Logits::None),
-        _ => Err(PyValueError::new_err(format!("logits must be 'all', 'last' or 'none', got {s:?}"))),
+        _ => Err(PyValueError::new_err(format!(
+            "logits must be 'all', 'last' or 'none', got {s:?}"
+        ))),
     }
 }
 
@@ -165,12 +186,20 @@ fn run_model<'py, T: Float + numpy::Element>(
     causal: bool,
     hidden: bool,
 ) -> PyResult<RunResult<'py>> {
-    let out = run_checked::<T, _>(py, |check| m.run(ids, b, t, cache, mode, causal, hidden, check))?;
+    let out = run_checked::<T, _>(py, |check| {
+        m.run(ids, b, t, cache, mode, causal, hidden, check)
+    })?;
     let v = m.cfg.vocab_size;
     let rows = out.logits.len() / v.max(1);
-    let logits = PyArray1::from_vec(py, out.logits).reshape([rows, v])?.into_any();
+    let logits = PyArray1::from_vec(py, out.logits)
+        .reshape([rows, v])?
+        .into_any();
     let hid = match out.hidden {
-        Some(h) => Some(PyArray1::from_vec(py, h).reshape([m.cfg.n_layers + 1, b * t, m.cfg.d_model])?.into_any()),
+        Some(h) => Some(
+            PyArray1::from_vec(py, h)
+                .reshape([m.cfg.n_layers + 1, b * t, m.cfg.d_model])?
+                .into_any(),
+        ),
         None => None,
     };
     Ok((logits, hid))
@@ -198,18 +227,42 @@ impl NativeModel {
         ln_affine: bool,
         dtype: &str,
     ) -> PyResult<Self> {
-        let cfg = Config { vocab_size, n_ctx, d_model, n_heads, n_layers, d_ff, sinusoidal, tied, ln_eps };
+        let cfg = Config {
+            vocab_size,
+            n_ctx,
+            d_model,
+            n_heads,
+            n_layers,
+            d_ff,
+            sinusoidal,
+            tied,
+            ln_eps,
+        };
         let inner = match dtype {
             "float32" => AnyModel::F32(build(py, cfg, weights, attn_bias, mlp_bias, ln_affine)?),
             "float64" => AnyModel::F64(build(py, cfg, weights, attn_bias, mlp_bias, ln_affine)?),
-            _ => return Err(PyValueError::new_err(format!("dtype must be 'float32' or 'float64', got {dtype:?}"))),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "dtype must be 'float32' or 'float64', got {dtype:?}"
+                )))
+            }
         };
-        Ok(NativeModel { inner, id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed) })
+        Ok(NativeModel {
+            inner,
+            id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed),
+        })
     }
 
     /// Forward pass over ids (B, T) int64: returns (logits (rows, V), hidden or None).
     #[pyo3(signature = (ids, logits="all", causal=true, hidden=false))]
-    fn forward<'py>(&self, py: Python<'py>, ids: PyReadonlyArray2<'py, i64>, logits: &str, causal: bool, hidden: bool) -> PyResult<RunResult<'py>> {
+    fn forward<'py>(
+        &self,
+        py: Python<'py>,
+        ids: PyReadonlyArray2<'py, i64>,
+        logits: &str,
+        causal: bool,
+        hidden: bool,
+    ) -> PyResult<RunResult<'py>> {
         let mode = parse_logits(logits)?;
         match &self.inner {
             AnyModel::F32(m) => {
@@ -232,12 +285,24 @@ impl NativeModel {
             AnyModel::F32(m) => AnyCache::F32(m.new_cache(batch)),
             AnyModel::F64(m) => AnyCache::F64(m.new_cache(batch)),
         };
-        Ok(NativeCache { inner: Mutex::new(inner), batch, len: AtomicUsize::new(0), model_id: self.id, dtype: self.dtype() })
+        Ok(NativeCache {
+            inner: Mutex::new(inner),
+            batch,
+            len: AtomicUsize::new(0),
+            model_id: self.id,
+            dtype: self.dtype(),
+        })
     }
 
     /// Process new positions ids (B, T_new) after those in `cache`; returns logits.
     #[pyo3(signature = (cache, ids, logits="last"))]
-    fn step<'py>(&self, py: Python<'py>, cache: &Bound<'py, NativeCache>, ids: PyReadonlyArray2<'py, i64>, logits: &str) -> PyResult<Bound<'py, PyAny>> {
+    fn step<'py>(
+        &self,
+        py: Python<'py>,
+        cache: &Bound<'py, NativeCache>,
+        ids: PyReadonlyArray2<'py, i64>,
+        logits: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let mode = parse_logits(logits)?;
         let cache = cache.get();
         if cache.dtype != self.dtype() {
@@ -248,7 +313,9 @@ impl NativeModel {
             )));
         }
         if cache.model_id != self.id {
-            return Err(PyValueError::new_err("step: this cache was made by another model (use model.new_cache())"));
+            return Err(PyValueError::new_err(
+                "step: this cache was made by another model (use model.new_cache())",
+            ));
         }
         let mut guard = cache
             .inner
@@ -263,7 +330,11 @@ impl NativeModel {
                 let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
                 run_model(py, m, &v, b, t, Some(c), mode, true, false)?
             }
-            _ => return Err(PyTypeError::new_err("cache was made by a model of another dtype")),
+            _ => {
+                return Err(PyTypeError::new_err(
+                    "cache was made by a model of another dtype",
+                ))
+            }
         };
         let n = match &*guard {
             AnyCache::F32(c) => c.len(),
@@ -274,7 +345,13 @@ impl NativeModel {
     }
 
     /// Log-probabilities of targets (B, T) given ids (B, T), float64, logits in chunks.
-    fn token_logprobs<'py>(&self, py: Python<'py>, ids: PyReadonlyArray2<'py, i64>, targets: PyReadonlyArray2<'py, i64>, chunk: usize) -> PyResult<Bound<'py, PyAny>> {
+    fn token_logprobs<'py>(
+        &self,
+        py: Python<'py>,
+        ids: PyReadonlyArray2<'py, i64>,
+        targets: PyReadonlyArray2<'py, i64>,
+        chunk: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         if ids.shape() != targets.shape() {
             return Err(PyValueError::new_err("targets must have the shape of ids"));
         }

@@ -26,7 +26,6 @@ use crate::threads;
 use crate::Element;
 use kernels::{HasKernels, KernelSpec};
 use pack::{pack_a, KBlocks};
-use rayon::prelude::*;
 use std::cell::RefCell;
 
 /// Rows of A handled by one work item (a multiple of every kernel's MR: 12 and 3 and 4).
@@ -217,7 +216,11 @@ fn run_tiles<T: GemmElement>(
     // Enough column chunks that every thread has several items of equal size.
     let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };
     let nchunks = want_items.div_ceil(mblocks).clamp(1, panels);
-    let per_chunk = panels.div_ceil(nchunks);
+    let mut per_chunk = panels.div_ceil(nchunks);
+    if spec.wide.is_some() && m <= kernels::WIDE_ROWS {
+        // Few rows run the wide kernel, four panels at a time: keep chunks whole multiples.
+        per_chunk = per_chunk.div_ceil(4) * 4;
+    }
     let nchunks = panels.div_ceil(per_chunk);
     let cptr = threads::SendPtr(c.as_mut_ptr());
     let item = |idx: usize| {
@@ -288,7 +291,7 @@ fn run_tiles<T: GemmElement>(
     if nthreads == 1 || items == 1 {
         (0..items).for_each(item);
     } else {
-        threads::install(|| (0..items).into_par_iter().for_each(item));
+        threads::parallel_for(items, item);
     }
 }
 

@@ -9,7 +9,6 @@
 use super::MatRef;
 use crate::threads;
 use crate::Element;
-use rayon::prelude::*;
 
 /// How K is cut into depth blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,7 +79,7 @@ impl<T: Element> PackedB<T> {
                 }
             };
             if work >= 1 << 16 {
-                threads::install(|| (0..panels).into_par_iter().for_each(pack_panel));
+                threads::parallel_for(panels, pack_panel);
             } else {
                 (0..panels).for_each(pack_panel);
             }
@@ -162,7 +161,7 @@ pub(crate) fn pack_a<T: Element>(a: MatRef<'_, T>, mr: usize, kb: KBlocks, out: 
         }
     };
     if m * k >= 1 << 17 {
-        threads::install(|| (0..panels).into_par_iter().for_each(pack_panel));
+        threads::parallel_for(panels, pack_panel);
     } else {
         (0..panels).for_each(pack_panel);
     }
