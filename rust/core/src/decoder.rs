@@ -128,10 +128,7 @@ impl<T: Float> Linear<T> {
         let (k, n) = (self.w.rows(), self.w.cols());
         // The product writes every element of `out`, so a buffer of the right size is reused
         // as it is (no zero fill).
-        if out.len() != rows * n {
-            out.clear();
-            out.resize(rows * n, T::ZERO);
-        }
+        crate::memory::resize_for_overwrite(out, rows * n);
         gemm::gemm(MatRef::from_slice(x, rows, k), &self.w, out, n);
         if let Some(b) = &self.b {
             for_rows(out, n, |_, row| {
@@ -206,10 +203,7 @@ fn for_rows<T: Send>(buf: &mut [T], width: usize, f: impl Fn(usize, &mut [T]) + 
 }
 
 fn layernorm<T: Float>(x: &[T], out: &mut Vec<T>, d: usize, norm: &Norm<T>, eps: T) {
-    if out.len() != x.len() {
-        out.clear();
-        out.resize(x.len(), T::ZERO);
-    }
+    crate::memory::resize_for_overwrite(out, x.len());
     let aff = norm
         .affine
         .as_ref()
@@ -486,7 +480,7 @@ impl<T: Float> Model<T> {
         }
         let rows = batch * t_new;
         // Embedding: x = wte[id] + pos.
-        let mut x = crate::error::try_zeroed::<T>(rows.saturating_mul(d), "residual stream")?;
+        let mut x = crate::memory::try_zeroed::<T>(rows.saturating_mul(d), "residual stream")?;
         for_rows(&mut x, d, |r, row| {
             let pos = p0 + r % t_new;
             let id = ids[r] as usize;
@@ -518,8 +512,13 @@ impl<T: Float> Model<T> {
         let spec = T::spec(gemm::current_kernel());
         let mut ph = Phases::new();
         ph.mark("embed");
-        let (mut h, mut qkv, mut att, mut y, mut u) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut h, mut qkv, mut att, mut y, mut u) = (
+            Vec::new(),
+            Vec::new(),
+            Vec::<T>::new(),
+            Vec::new(),
+            Vec::new(),
+        );
         for (li, blk) in self.blocks.iter().enumerate() {
             check()?;
             let heads = if persistent {
@@ -558,10 +557,7 @@ impl<T: Float> Model<T> {
             }
             ph.mark("kv append");
             // Every (row, head) block of `att` is written by exactly one attention item.
-            if att.len() != rows * d {
-                att.clear();
-                att.resize(rows * d, T::ZERO);
-            }
+            crate::memory::resize_for_overwrite(&mut att, rows * d);
             // Work items: (sequence, head, query block aligned to KB).
             let mut items = Vec::new();
             for b in 0..batch {
@@ -703,7 +699,7 @@ impl<T: Float> Model<T> {
         let d = self.cfg.d_model;
         layernorm(x, h, d, &self.ln_f, T::from_f64(self.cfg.ln_eps));
         let v = self.cfg.vocab_size;
-        let mut out = crate::error::try_zeroed::<T>(rows.saturating_mul(v), "logits")?;
+        let mut out = crate::memory::try_zeroed::<T>(rows.saturating_mul(v), "logits")?;
         gemm::gemm(MatRef::from_slice(h, rows, d), &self.head, &mut out, v);
         Ok(out)
     }

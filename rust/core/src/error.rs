@@ -29,20 +29,3 @@ pub type Result<T> = std::result::Result<T, Error>;
 macro_rules! value_error {
     ($($arg:tt)*) => { Err($crate::error::Error::Value(format!($($arg)*))) };
 }
-
-/// A zero-filled vector of `n` values, or `Error::Memory` stating the bytes needed (instead of
-/// aborting the process when the allocation cannot be made).
-pub fn try_zeroed<T: Copy + Default>(n: usize, what: &str) -> Result<Vec<T>> {
-    let bytes = n.checked_mul(std::mem::size_of::<T>());
-    let mut v = Vec::new();
-    match bytes {
-        Some(b) if b <= isize::MAX as usize && v.try_reserve_exact(n).is_ok() => {
-            v.resize(n, T::default());
-            Ok(v)
-        }
-        _ => Err(Error::Memory(format!(
-            "{what}: cannot allocate {} bytes",
-            bytes.map_or_else(|| "more than 2^64".to_string(), |b| b.to_string())
-        ))),
-    }
-}

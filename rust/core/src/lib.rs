@@ -2,7 +2,8 @@
 //!
 //! * [`gemm`]: a blocked, packed, SIMD matrix multiply with an exactness contract
 //!   (every output element is one ascending fused-multiply-add chain).
-//! * [`threads`]: the thread pool and its size.
+//! * [`threads`]: the thread team and its size.
+//! * [`memory`]: large zeroed buffers on huge pages.
 //! * [`rng`]: the lesson's random stream (Rust `rand` 0.8.5 `StdRng` + `rand_distr` 0.4.3).
 
 pub mod attention;
@@ -11,6 +12,7 @@ pub mod element;
 pub mod error;
 pub mod gemm;
 pub mod kv_cache;
+pub mod memory;
 pub mod ops;
 pub mod rng;
 pub mod threads;

@@ -93,7 +93,7 @@ fn product<'py, T: gemm::GemmElement + numpy::Element>(
     let len = m
         .checked_mul(n)
         .ok_or_else(|| pyo3::exceptions::PyMemoryError::new_err("matmul: output size overflows"))?;
-    let mut c = gptcore_core::error::try_zeroed::<T>(len, "matmul output").map_err(to_py_err)?;
+    let mut c = gptcore_core::memory::try_zeroed::<T>(len, "matmul output").map_err(to_py_err)?;
     detach(py, || match forced {
         Some(kern) => gemm::gemm_with(kern, av, b, &mut c, n),
         None => gemm::gemm(av, b, &mut c, n),

@@ -298,7 +298,7 @@ fn run_tiles<T: GemmElement>(
 /// Convenience: `A (m x k) @ B (k x n)` for row-major slices, packing B on the fly.
 pub fn matmul<T: GemmElement>(a: &[T], b: &[T], m: usize, k: usize, n: usize) -> Vec<T> {
     let pb = PackedB::pack(MatRef::from_slice(b, k, n));
-    let mut c = vec![T::ZERO; m * n];
+    let mut c = crate::memory::zeroed::<T>(m * n);
     gemm(MatRef::from_slice(a, m, k), &pb, &mut c, n);
     c
 }

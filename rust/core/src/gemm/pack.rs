@@ -60,7 +60,7 @@ impl<T: Element> PackedB<T> {
         let kb = KBlocks::new(k, super::tuning::kc_max::<T>());
         let panels = n.div_ceil(T::NR);
         let npad = panels * T::NR;
-        let mut data = crate::error::try_zeroed::<T>(npad.saturating_mul(k), "packing a matrix")?;
+        let mut data = crate::memory::try_zeroed::<T>(npad.saturating_mul(k), "packing a matrix")?;
         if k > 0 && n > 0 {
             let work = k * n;
             let ptr = threads::SendPtr(data.as_mut_ptr());
