@@ -122,21 +122,54 @@ pub struct Linear<T: Float> {
     pub b: Option<Vec<T>>,
 }
 
+/// What a linear layer does with its output while it is still in the cache.
+enum After<'a, T> {
+    /// Nothing more than the bias.
+    Bias,
+    /// Bias, then GELU.
+    Gelu,
+    /// Bias, then add the result into this residual stream (`x += out`).
+    AddInto(&'a mut [T]),
+}
+
 impl<T: Float> Linear<T> {
-    /// `out (rows x n) = x (rows x k) @ W + b`.
-    fn apply(&self, x: &[T], rows: usize, out: &mut Vec<T>) {
+    /// `out (rows x n) = x (rows x k) @ W + b`, then `after` on every element. The bias, the
+    /// GELU and the residual addition run on each tile of the product as soon as it is final
+    /// (the same operations, in the same order, as separate passes over `out`).
+    fn apply(&self, x: &[T], rows: usize, out: &mut Vec<T>, after: After<'_, T>) {
         let (k, n) = (self.w.rows(), self.w.cols());
         // The product writes every element of `out`, so a buffer of the right size is reused
         // as it is (no zero fill).
         crate::memory::resize_for_overwrite(out, rows * n);
-        gemm::gemm(MatRef::from_slice(x, rows, k), &self.w, out, n);
-        if let Some(b) = &self.b {
-            for_rows(out, n, |_, row| {
-                for (v, &bj) in row.iter_mut().zip(b) {
+        let bias = self.b.as_deref();
+        let (gelu, resid) = match after {
+            After::Bias => (false, None),
+            After::Gelu => (true, None),
+            After::AddInto(r) => {
+                assert_eq!(r.len(), rows * n, "residual stream size");
+                (false, Some(SendPtr(r.as_mut_ptr())))
+            }
+        };
+        let epilogue = |i: usize, j0: usize, seg: &mut [T]| {
+            let len = seg.len();
+            if let Some(b) = bias {
+                for (v, &bj) in seg.iter_mut().zip(&b[j0..j0 + len]) {
                     *v += bj;
                 }
-            });
-        }
+            }
+            if gelu {
+                T::gelu_inplace(seg);
+            }
+            if let Some(r) = resid {
+                // SAFETY: row i, columns j0.. of the residual stream match this segment of
+                // `out`, which the product hands to exactly one call.
+                let xs = unsafe { std::slice::from_raw_parts_mut(r.get().add(i * n + j0), len) };
+                for (a, &v) in xs.iter_mut().zip(seg.iter()) {
+                    *a += v;
+                }
+            }
+        };
+        gemm::gemm_then(MatRef::from_slice(x, rows, k), &self.w, out, n, &epilogue);
     }
 }
 
@@ -531,7 +564,7 @@ impl<T: Float> Model<T> {
             // Attention sub-block.
             layernorm(&x, &mut h, d, &blk.ln1, eps);
             ph.mark("layernorm");
-            blk.qkv.apply(&h, rows, &mut qkv);
+            blk.qkv.apply(&h, rows, &mut qkv, After::Bias);
             ph.mark("qkv");
             // Append this layer's keys and values for the new positions.
             let qkv_ref = &qkv;
@@ -603,18 +636,14 @@ impl<T: Float> Model<T> {
                 items.iter().for_each(|it| work(it, &mut s));
             }
             ph.mark("attention");
-            blk.proj.apply(&att, rows, &mut y);
-            add_into(&mut x, &y, d);
+            blk.proj.apply(&att, rows, &mut y, After::AddInto(&mut x));
             ph.mark("attn proj");
             // MLP sub-block.
             layernorm(&x, &mut h, d, &blk.ln2, eps);
             ph.mark("layernorm");
-            blk.fc.apply(&h, rows, &mut u);
-            ph.mark("mlp fc");
-            for_rows(&mut u, cfg.d_ff, |_, row| T::gelu_inplace(row));
-            ph.mark("gelu");
-            blk.fc_proj.apply(&u, rows, &mut y);
-            add_into(&mut x, &y, d);
+            blk.fc.apply(&h, rows, &mut u, After::Gelu);
+            ph.mark("mlp fc + gelu");
+            blk.fc_proj.apply(&u, rows, &mut y, After::AddInto(&mut x));
             ph.mark("mlp proj");
             if let Some(hd) = hidden.as_mut() {
                 hd.extend_from_slice(&x);
@@ -703,14 +732,6 @@ impl<T: Float> Model<T> {
         gemm::gemm(MatRef::from_slice(h, rows, d), &self.head, &mut out, v);
         Ok(out)
     }
-}
-
-fn add_into<T: Float>(x: &mut [T], y: &[T], d: usize) {
-    for_rows(x, d, |i, row| {
-        for (a, &b) in row.iter_mut().zip(&y[i * d..(i + 1) * d]) {
-            *a = *a + b;
-        }
-    });
 }
 
 #[cfg(test)]

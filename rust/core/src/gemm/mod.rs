@@ -158,6 +158,23 @@ pub fn gemm<T: GemmElement>(a: MatRef<'_, T>, b: &PackedB<T>, c: &mut [T], ldc: 
     gemm_with(dispatch::current(), a, b, c, ldc)
 }
 
+/// Work on finished parts of C: `f(row, first column, values)` receives a segment of one row
+/// of C once its values are final, while they are still in the cache. Every element of C is
+/// passed exactly once; segments of a row may come in any order and from any thread.
+pub type Epilogue<'a, T> = &'a (dyn Fn(usize, usize, &mut [T]) + Sync);
+
+/// `C = A B`, then `epilogue` applied to every element of C (see [`Epilogue`]): the same
+/// values as a separate pass over C afterwards, without reading C back from memory.
+pub fn gemm_then<T: GemmElement>(
+    a: MatRef<'_, T>,
+    b: &PackedB<T>,
+    c: &mut [T],
+    ldc: usize,
+    epilogue: Epilogue<'_, T>,
+) {
+    gemm_impl(dispatch::current(), a, b, c, ldc, Some(epilogue))
+}
+
 /// `C = A B` with a given kernel (it must be supported by the CPU).
 pub fn gemm_with<T: GemmElement>(
     kernel: Kernel,
@@ -165,6 +182,17 @@ pub fn gemm_with<T: GemmElement>(
     b: &PackedB<T>,
     c: &mut [T],
     ldc: usize,
+) {
+    gemm_impl(kernel, a, b, c, ldc, None)
+}
+
+fn gemm_impl<T: GemmElement>(
+    kernel: Kernel,
+    a: MatRef<'_, T>,
+    b: &PackedB<T>,
+    c: &mut [T],
+    ldc: usize,
+    epilogue: Option<Epilogue<'_, T>>,
 ) {
     let (m, k, n) = (a.rows, a.cols, b.cols());
     assert_eq!(k, b.rows(), "inner dimensions differ");
@@ -175,7 +203,11 @@ pub fn gemm_with<T: GemmElement>(
     assert!(c.len() >= (m - 1) * ldc + n, "output too short");
     if k == 0 {
         for i in 0..m {
-            c[i * ldc..i * ldc + n].fill(T::ZERO);
+            let row = &mut c[i * ldc..i * ldc + n];
+            row.fill(T::ZERO);
+            if let Some(f) = epilogue {
+                f(i, 0, row);
+            }
         }
         return;
     }
@@ -184,7 +216,7 @@ pub fn gemm_with<T: GemmElement>(
     let kb = b.kb;
     T::with_a_buffer(|apack| {
         pack_a(a, spec.mr, kb, apack);
-        run_tiles(spec, m, n, kb, apack, b, c, ldc);
+        run_tiles(spec, m, n, kb, apack, b, c, ldc, epilogue);
     });
 }
 
@@ -198,6 +230,7 @@ fn run_tiles<T: GemmElement>(
     b: &PackedB<T>,
     c: &mut [T],
     ldc: usize,
+    epilogue: Option<Epilogue<'_, T>>,
 ) {
     let mr = spec.mr;
     let mpad = m.div_ceil(mr) * mr;
@@ -223,6 +256,17 @@ fn run_tiles<T: GemmElement>(
     }
     let nchunks = panels.div_ceil(per_chunk);
     let cptr = threads::SendPtr(c.as_mut_ptr());
+    // Hand the rows i0..i1, columns j0..j0+cols of C (final now) to the epilogue.
+    let finish = |i0: usize, i1: usize, j0: usize, cols: usize| {
+        if let Some(f) = epilogue {
+            for i in i0..i1 {
+                // SAFETY: the segment lies inside C and belongs to the running item alone.
+                let seg =
+                    unsafe { std::slice::from_raw_parts_mut(cptr.get().add(i * ldc + j0), cols) };
+                f(i, j0, seg);
+            }
+        }
+    };
     let item = |idx: usize| {
         let ib = idx / nchunks;
         let jc = idx % nchunks;
@@ -260,6 +304,9 @@ fn run_tiles<T: GemmElement>(
                                 p > 0,
                             );
                         }
+                        if p + 1 == kb.count {
+                            finish(i0, i1, j0, 3 * T::NR + cols_last);
+                        }
                         jp += 4;
                         continue;
                     }
@@ -278,6 +325,9 @@ fn run_tiles<T: GemmElement>(
                                 ldc,
                                 p > 0,
                             );
+                        }
+                        if p + 1 == kb.count {
+                            finish(i, i + rows, j0, cols);
                         }
                         i += rows;
                     }
