@@ -109,13 +109,18 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
     for kb in 0..=last / KB {
         let k0 = kb * KB;
         let nkeys = KB.min(last + 1 - k0);
-        // S = Q K^T for this key block.
+        // S = Q K^T for this key block, tile by tile; a tile whose keys all lie after every
+        // query of its rows is skipped (those scores are masked and never read).
         let mut j = 0;
         while j < nkeys {
             let cols = nr.min(nkeys - j);
             let mut i = 0;
             while i < nq {
                 let rows = mr.min(nq - i);
+                if causal && k0 + j > q0 + i + rows - 1 {
+                    i += rows;
+                    continue;
+                }
                 (spec.run)(
                     rows,
                     cols,

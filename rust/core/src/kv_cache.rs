@@ -5,9 +5,10 @@
 
 use crate::Element;
 
-/// Keys per attention block; block boundaries are absolute positions (multiples of `KB`), so a
-/// query's result depends only on the positions before it, whatever the sequence length.
-pub const KB: usize = 64;
+/// Keys per attention block (eight 12-row tiles, three 32-column panels, so no tile is part
+/// empty); block boundaries are absolute positions (multiples of `KB`), so a query's result
+/// depends only on the positions before it, whatever the sequence length.
+pub const KB: usize = 96;
 
 /// Keys and values of one (sequence, head).
 ///
