@@ -241,11 +241,13 @@ fn run_tiles<T: GemmElement>(
     } else {
         threads::num_threads()
     };
-    // Row blocks of (nearly) equal height, a multiple of 12 (every kernel's MR divides 12), so
-    // that parallel work items are of equal size.
-    let mblocks = m.div_ceil(tuning::mc());
-    let mc = m.div_ceil(mblocks).div_ceil(12) * 12;
-    let mblocks = m.div_ceil(mc);
+    // Row blocks of at most about MC rows, made of whole 12-row tiles (every kernel's MR
+    // divides 12) shared out as evenly as possible, so parallel work items are of equal size.
+    let tiles = m.div_ceil(12);
+    let mblocks = m.div_ceil(tuning::mc()).min(tiles);
+    let block_rows = |ib: usize| -> (usize, usize) {
+        ((ib * tiles / mblocks) * 12, ((ib + 1) * tiles / mblocks * 12).min(m))
+    };
     // Enough column chunks that every thread has several items of equal size.
     let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };
     let nchunks = want_items.div_ceil(mblocks).clamp(1, panels);
@@ -270,8 +272,7 @@ fn run_tiles<T: GemmElement>(
     let item = |idx: usize| {
         let ib = idx / nchunks;
         let jc = idx % nchunks;
-        let i0 = ib * mc;
-        let i1 = (i0 + mc).min(m);
+        let (i0, i1) = block_rows(ib);
         let jp0 = jc * per_chunk;
         let jp1 = (jp0 + per_chunk).min(panels);
         // Columns in groups of NC_PANELS panels, each group taken through every depth block
