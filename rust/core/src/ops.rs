@@ -82,7 +82,12 @@ pub fn exp_f32(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding and subtracting it rounds to an integer
     let xc = x.clamp(-87.3, 88.3);
-    let n = (xc * LOG2E + MAGIC) - MAGIC;
+    let t = xc * LOG2E + MAGIC;
+    let n = t - MAGIC;
+    // The integer n read from t's low mantissa bits (t and MAGIC share an exponent): the same
+    // value as `n as i32`, in integer arithmetic that stays vectorised (a float-to-int `as`
+    // saturates and checks for NaN lane by lane).
+    let n_int = t.to_bits() as i32 - MAGIC.to_bits() as i32;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     let mut p = 1.987_569_1e-4f32;
     p = p * r + 1.398_199_9e-3;
@@ -91,7 +96,7 @@ pub fn exp_f32(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 5.000_000_1e-1;
     let e = (p * (r * r) + r) + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let scale = f32::from_bits(((n_int + 127) as u32) << 23);
     let y = e * scale;
     if x < -87.3 {
         0.0
@@ -322,6 +327,29 @@ pub fn sinusoidal_row<T: Element>(pos: usize, out: &mut [T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exp_exponent_from_bits_equals_the_cast() {
+        // For every f32 the reduction can meet, the exponent read from the bits of
+        // `x * log2(e) + MAGIC` equals the rounded integer converted with `as`.
+        const MAGIC: f32 = 12_582_912.0;
+        let (lo, hi) = ((-87.3f32).to_bits(), 88.3f32.to_bits());
+        let check = |x: f32| {
+            let t = x * std::f32::consts::LOG2_E + MAGIC;
+            assert_eq!(
+                t.to_bits() as i32 - MAGIC.to_bits() as i32,
+                (t - MAGIC) as i32,
+                "x = {x}"
+            );
+        };
+        // Every 61st bit pattern of the positive and negative ranges, plus the ends.
+        for b in (0..=hi).step_by(61).chain([hi]) {
+            check(f32::from_bits(b));
+        }
+        for b in (0x8000_0000..=lo).step_by(61).chain([lo]) {
+            check(f32::from_bits(b));
+        }
+    }
 
     fn ulps(a: f32, b: f32) -> u32 {
         (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32

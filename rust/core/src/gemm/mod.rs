@@ -246,7 +246,10 @@ fn run_tiles<T: GemmElement>(
     let tiles = m.div_ceil(12);
     let mblocks = m.div_ceil(tuning::mc()).min(tiles);
     let block_rows = |ib: usize| -> (usize, usize) {
-        ((ib * tiles / mblocks) * 12, ((ib + 1) * tiles / mblocks * 12).min(m))
+        (
+            (ib * tiles / mblocks) * 12,
+            ((ib + 1) * tiles / mblocks * 12).min(m),
+        )
     };
     // Enough column chunks that every thread has several items of equal size.
     let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };

@@ -151,14 +151,21 @@ fn wide_kernel_matches_reference() {
 #[test]
 fn epilogue_sees_every_final_element_once() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-    for &(m, k, n) in &[(1, 50, 200), (3, 700, 130), (5, 0, 40), (37, 385, 300), (200, 800, 97)] {
+    for &(m, k, n) in &[
+        (1, 50, 200),
+        (3, 700, 130),
+        (5, 0, 40),
+        (37, 385, 300),
+        (200, 800, 97),
+    ] {
         let a = random::<f32>(&mut rng, m * k);
         let b = random::<f32>(&mut rng, k * n);
         let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
         let mut want = vec![0.0f32; m * n];
         gemm(MatRef::from_slice(&a, m, k), &pb, &mut want, n);
-        let seen: Vec<std::sync::atomic::AtomicU32> =
-            (0..m * n).map(|_| std::sync::atomic::AtomicU32::new(0)).collect();
+        let seen: Vec<std::sync::atomic::AtomicU32> = (0..m * n)
+            .map(|_| std::sync::atomic::AtomicU32::new(0))
+            .collect();
         for threads in [1, 2] {
             threads::set_num_threads(threads).unwrap();
             let mut c = vec![f32::NAN; m * n];
@@ -174,7 +181,9 @@ fn epilogue_sees_every_final_element_once() {
             let after: Vec<f32> = want.iter().map(|&v| v * 2.0 + 1.0).collect();
             assert_eq!(c, after, "m={m} k={k} n={n}");
         }
-        assert!(seen.iter().all(|s| s.load(std::sync::atomic::Ordering::Relaxed) == 2));
+        assert!(seen
+            .iter()
+            .all(|s| s.load(std::sync::atomic::Ordering::Relaxed) == 2));
     }
     threads::set_num_threads(2).unwrap();
 }
