@@ -30,14 +30,6 @@ from gptcore import GPTConfig, Model
 KERNELS = gptcore.available_kernels()
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads_and_kernel():
-    n = gptcore.get_num_threads()
-    yield
-    gptcore.set_kernel(None)
-    gptcore.set_num_threads(n)
-
-
 def random_weights(config: GPTConfig, seed: int = 0):
     rng = np.random.default_rng(seed)
     out = {}

@@ -30,14 +30,6 @@ KERNELS = gptcore.available_kernels()
 DOCUMENTED = (TypeError, ValueError, MemoryError)
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads_and_kernel():
-    n = gptcore.get_num_threads()
-    yield
-    gptcore.set_kernel(None)
-    gptcore.set_num_threads(n)
-
-
 # ------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------

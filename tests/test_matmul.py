@@ -9,13 +9,6 @@ import gptcore
 KERNELS = gptcore.available_kernels()
 
 
-@pytest.fixture(autouse=True)
-def _restore():
-    yield
-    gptcore.set_kernel(None)
-    gptcore.set_num_threads(2)
-
-
 def _bound(a, b, eps):
     k = a.shape[1]
     return 2 * (k + 1) * eps * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))) + 1e-300
