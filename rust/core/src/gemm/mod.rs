@@ -35,6 +35,12 @@ pub const MC: usize = 192;
 /// while it goes through every depth block (a multiple of 4 for the wide kernel).
 pub const NC_PANELS: usize = 8;
 
+/// Packed B spanned by one column chunk when several row blocks go through a B of more than
+/// four times this (a B that does not stay in the L3 cache, such as the LM head's): the row
+/// blocks of a chunk run one after the other (two threads side by side), so the chunk is read
+/// from memory once and then from the L3 cache, instead of once per row block.
+pub const B_CHUNK_BYTES: usize = 4 << 20;
+
 /// A borrowed strided matrix view (strides in elements, may be negative or zero).
 #[derive(Clone, Copy)]
 pub struct MatRef<'a, T> {
@@ -255,6 +261,19 @@ fn run_tiles<T: GemmElement>(
     let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };
     let nchunks = want_items.div_ceil(mblocks).clamp(1, panels);
     let mut per_chunk = panels.div_ceil(nchunks);
+    let panel_bytes = kb.k * T::NR * std::mem::size_of::<T>();
+    if mblocks > 1 && panels * panel_bytes > tuning::b_chunk_bytes() * 4 {
+        let cap = (tuning::b_chunk_bytes() / panel_bytes).max(1);
+        if per_chunk > cap {
+            // Whole column groups per chunk when a group fits, so groups stay full width.
+            let group = tuning::nc_panels();
+            per_chunk = if cap >= group {
+                cap / group * group
+            } else {
+                cap
+            };
+        }
+    }
     if spec.wide.is_some() && m <= kernels::WIDE_ROWS {
         // Few rows run the wide kernel, four panels at a time: keep chunks whole multiples.
         per_chunk = per_chunk.div_ceil(4) * 4;
@@ -273,16 +292,18 @@ fn run_tiles<T: GemmElement>(
         }
     };
     let item = |idx: usize| {
-        let ib = idx / nchunks;
-        let jc = idx % nchunks;
+        // Column chunk major: consecutive items (the threads' current ones) share a chunk.
+        let jc = idx / mblocks;
+        let ib = idx % mblocks;
         let (i0, i1) = block_rows(ib);
         let jp0 = jc * per_chunk;
         let jp1 = (jp0 + per_chunk).min(panels);
         // Columns in groups of NC_PANELS panels, each group taken through every depth block
         // before the next: the group's C tile stays in L2 between depth blocks.
         let mut g0 = jp0;
+        let group = tuning::nc_panels();
         while g0 < jp1 {
-            let g1 = (g0 + NC_PANELS).min(jp1);
+            let g1 = (g0 + group).min(jp1);
             for p in 0..kb.count {
                 let (k0, kc) = kb.block(p);
                 let ablock = &apack[mpad * k0..];

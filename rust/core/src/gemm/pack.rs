@@ -127,12 +127,17 @@ impl<T: Element> PackedB<T> {
 
 /// Pack all of A (M x K, any strides) into `mr`-row panels, block by block.
 /// Layout: block p starts at `mpad * k0`; panel ip of block p at `ip * mr * kc` inside it.
+///
+/// `out` is grown when it is too short and otherwise reused as it is: every value of the
+/// packed layout (the zero rows padding the last panel included) is written here, so the
+/// buffer is not cleared first (a serial pass over megabytes before the parallel packing).
 pub(crate) fn pack_a<T: Element>(a: MatRef<'_, T>, mr: usize, kb: KBlocks, out: &mut Vec<T>) {
     let (m, k) = (a.rows, a.cols);
     let panels = m.div_ceil(mr);
     let mpad = panels * mr;
-    out.clear();
-    out.resize(mpad * k, T::ZERO);
+    if out.len() < mpad * k {
+        *out = crate::memory::zeroed(mpad * k);
+    }
     if m == 0 || k == 0 {
         return;
     }
@@ -156,6 +161,11 @@ pub(crate) fn pack_a<T: Element>(a: MatRef<'_, T>, mr: usize, kb: KBlocks, out: 
                     for i in 0..rows {
                         unsafe { *dst.add(kk * mr + i) = a.at(i0 + i, k0 + kk) };
                     }
+                }
+            }
+            for kk in 0..kc {
+                for i in rows..mr {
+                    unsafe { *dst.add(kk * mr + i) = T::ZERO };
                 }
             }
         }

@@ -187,3 +187,66 @@ fn epilogue_sees_every_final_element_once() {
     }
     threads::set_num_threads(2).unwrap();
 }
+
+#[test]
+fn packing_a_over_a_used_buffer_writes_every_value() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    for (m, k, mr) in [
+        (13usize, 7usize, 12usize),
+        (25, 300, 12),
+        (5, 1000, 4),
+        (1, 3, 3),
+    ] {
+        let a = random::<f32>(&mut rng, m * k);
+        let kb = KBlocks::new(k, 384);
+        let mut fresh = Vec::new();
+        pack_a(MatRef::from_slice(&a, m, k), mr, kb, &mut fresh);
+        // A buffer left over from a larger product, full of NaN.
+        let mut used = vec![f32::NAN; fresh.len() + 100];
+        pack_a(MatRef::from_slice(&a, m, k), mr, kb, &mut used);
+        let mpad = m.div_ceil(mr) * mr;
+        assert_eq!(fresh.len(), mpad * k);
+        for (i, (x, y)) in fresh.iter().zip(&used).enumerate() {
+            assert_eq!(x.to_bits(), y.to_bits(), "m={m} k={k} at {i}");
+        }
+        // Rows past M (the last panel's padding) are zeros.
+        for p in 0..kb.count {
+            let (k0, kc) = kb.block(p);
+            let last = &used[mpad * k0 + (mpad / mr - 1) * mr * kc..][..mr * kc];
+            for kk in 0..kc {
+                for i in (m - (mpad - mr))..mr {
+                    assert_eq!(last[kk * mr + i].to_bits(), 0, "m={m} k={k} pad row {i}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn column_chunks_of_a_large_b_match_reference() {
+    // Chunks of 64 KiB (8 panels here) and a B of 750 KiB: more than four chunks and more
+    // than one row block, so the chunked, chunk-major work order runs.
+    let (m, k, n) = (200usize, 64usize, 3000usize);
+    tuning::B_CHUNK_FOR_TESTS.store(64 << 10, std::sync::atomic::Ordering::Relaxed);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let a = random::<f32>(&mut rng, m * k);
+    let b = random::<f32>(&mut rng, k * n);
+    let mut want = vec![0.0f32; m * n];
+    gemm_reference(
+        MatRef::from_slice(&a, m, k),
+        MatRef::from_slice(&b, k, n),
+        &mut want,
+    );
+    let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
+    for threads in [1, 2, 3] {
+        crate::threads::set_num_threads(threads);
+        let mut c = vec![f32::NAN; m * n];
+        gemm(MatRef::from_slice(&a, m, k), &pb, &mut c, n);
+        assert!(
+            c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{threads} threads"
+        );
+    }
+    crate::threads::set_num_threads(1);
+    tuning::B_CHUNK_FOR_TESTS.store(0, std::sync::atomic::Ordering::Relaxed);
+}

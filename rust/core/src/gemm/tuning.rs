@@ -1,10 +1,12 @@
 //! Block sizes, with environment overrides for tuning experiments.
 //!
 //! `GPTCORE_KC` overrides the largest depth block (KC) and `GPTCORE_MC` the rows of A per work
-//! item (rounded to a multiple of 12, which every kernel's MR divides). They change speed
+//! item (rounded to a multiple of 12, which every kernel's MR divides), `GPTCORE_NC` the panels
+//! of B in one column group (rounded to a multiple of 4, the wide kernel's width), `GPTCORE_B_CHUNK_KIB` the size of
+//! packed B one column chunk may span when several row blocks share it. They change speed
 //! only: the exactness contract makes every result independent of the block sizes.
 
-use super::MC;
+use super::{B_CHUNK_BYTES, MC, NC_PANELS};
 use crate::Element;
 use std::sync::OnceLock;
 
@@ -31,5 +33,37 @@ pub fn mc() -> usize {
         env_usize("GPTCORE_MC")
             .map(|v| v.div_ceil(12) * 12)
             .unwrap_or(MC)
+    })
+}
+
+/// Panels of B in one column group.
+pub fn nc_panels() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        env_usize("GPTCORE_NC")
+            .map(|v| v.div_ceil(4) * 4)
+            .unwrap_or(NC_PANELS)
+    })
+}
+
+/// Set by tests to make small products take the column-chunk path (0: not set).
+#[cfg(test)]
+pub(crate) static B_CHUNK_FOR_TESTS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Bytes of packed B in one column chunk when several row blocks go through it.
+pub fn b_chunk_bytes() -> usize {
+    #[cfg(test)]
+    {
+        let v = B_CHUNK_FOR_TESTS.load(std::sync::atomic::Ordering::Relaxed);
+        if v > 0 {
+            return v;
+        }
+    }
+    static B: OnceLock<usize> = OnceLock::new();
+    *B.get_or_init(|| {
+        env_usize("GPTCORE_B_CHUNK_KIB")
+            .map(|v| v << 10)
+            .unwrap_or(B_CHUNK_BYTES)
     })
 }
