@@ -20,6 +20,7 @@ use crate::ops::{self, Transcendental};
 use crate::threads::{self, SendPtr};
 use crate::Result;
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// Phase timings printed to stderr when `GPTCORE_PROFILE=1` (for tuning; off by default).
 struct Phases {
@@ -194,6 +195,59 @@ pub struct Model<T: Float> {
     pub blocks: Vec<Block<T>>,
     pub ln_f: Norm<T>,
     pub head: PackedB<T>,
+    /// Work buffers of finished passes, taken by the next ones (see [`Workspace`]).
+    workspaces: Mutex<Vec<Workspace<T>>>,
+}
+
+/// The activation buffers of one pass (LayerNorm output, QKV, attention output, projection
+/// output, MLP hidden) and the one-layer key/value cache of a plain forward.
+///
+/// A model keeps the buffers of finished passes and hands them to the next pass, so a
+/// forward does not allocate them again: fresh memory costs a page fault and a zeroing pass
+/// per page on first touch (on a virtual machine that returns freed memory to its host, a
+/// host fault too), which at T = 1024 came to several percent of the forward. At most
+/// `MAX_WORKSPACES` are kept (one per thread running passes at the same time), each only up
+/// to `MAX_WORKSPACE_BYTES`; they are freed with the model.
+struct Workspace<T> {
+    h: Vec<T>,
+    qkv: Vec<T>,
+    att: Vec<T>,
+    y: Vec<T>,
+    u: Vec<T>,
+    kv: Option<KvCache<T>>,
+}
+
+const MAX_WORKSPACES: usize = 4;
+const MAX_WORKSPACE_BYTES: usize = 512 << 20;
+
+impl<T: Float> Workspace<T> {
+    fn new() -> Self {
+        Workspace {
+            h: Vec::new(),
+            qkv: Vec::new(),
+            att: Vec::new(),
+            y: Vec::new(),
+            u: Vec::new(),
+            kv: None,
+        }
+    }
+
+    fn nbytes(&self) -> usize {
+        let kv: usize = self.kv.as_ref().map_or(0, |c| {
+            c.layers
+                .iter()
+                .flatten()
+                .map(|h| h.kt.capacity() + h.v.capacity())
+                .sum()
+        });
+        (self.h.capacity()
+            + self.qkv.capacity()
+            + self.att.capacity()
+            + self.y.capacity()
+            + self.u.capacity()
+            + kv)
+            * std::mem::size_of::<T>()
+    }
 }
 
 /// What [`Model::run`] returns.
@@ -338,7 +392,23 @@ impl<T: Float> Model<T> {
             blocks,
             ln_f,
             head,
+            workspaces: Mutex::new(Vec::new()),
         })
+    }
+
+    fn take_workspace(&self) -> Workspace<T> {
+        let mut pool = self.workspaces.lock().unwrap_or_else(|e| e.into_inner());
+        pool.pop().unwrap_or_else(Workspace::new)
+    }
+
+    fn return_workspace(&self, ws: Workspace<T>) {
+        if ws.nbytes() > MAX_WORKSPACE_BYTES {
+            return;
+        }
+        let mut pool = self.workspaces.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < MAX_WORKSPACES {
+            pool.push(ws);
+        }
     }
 
     /// Every weight the model computes with, under its Hugging Face name, as
@@ -444,7 +514,8 @@ impl<T: Float> Model<T> {
                 cfg.vocab_size
             );
         }
-        match cache {
+        let mut ws = self.take_workspace();
+        let out = match cache {
             Some(c) => {
                 // A step that fails part-way (an interrupt, an allocation) leaves the cache
                 // holding exactly the positions it held before.
@@ -459,6 +530,7 @@ impl<T: Float> Model<T> {
                     causal,
                     want_hidden,
                     check,
+                    &mut ws,
                 );
                 if out.is_err() {
                     c.truncate(before);
@@ -466,20 +538,23 @@ impl<T: Float> Model<T> {
                 out
             }
             None => {
-                let mut scratch = KvCache::new(1, batch, nh, dh);
-                self.run_on(
-                    ids,
-                    batch,
-                    t_new,
-                    &mut scratch,
-                    false,
-                    logits,
-                    causal,
-                    want_hidden,
-                    check,
-                )
+                let mut kv = match ws.kv.take() {
+                    Some(mut c) if c.batch == batch && c.n_heads == nh => {
+                        c.clear();
+                        c
+                    }
+                    _ => KvCache::new(1, batch, nh, dh),
+                };
+                let out = self.run_on(
+                    ids, batch, t_new, &mut kv, false, logits, causal, want_hidden, check,
+                    &mut ws,
+                );
+                ws.kv = Some(kv);
+                out
             }
-        }
+        };
+        self.return_workspace(ws);
+        out
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -494,6 +569,7 @@ impl<T: Float> Model<T> {
         causal: bool,
         want_hidden: bool,
         check: &(dyn Fn() -> Result<()> + Sync),
+        ws: &mut Workspace<T>,
     ) -> Result<RunOutput<T>> {
         let cfg = &self.cfg;
         let (d, nh, dh) = (cfg.d_model, cfg.n_heads, cfg.d_head());
@@ -545,13 +621,14 @@ impl<T: Float> Model<T> {
         let spec = T::spec(gemm::current_kernel());
         let mut ph = Phases::new();
         ph.mark("embed");
-        let (mut h, mut qkv, mut att, mut y, mut u) = (
-            Vec::new(),
-            Vec::new(),
-            Vec::<T>::new(),
-            Vec::new(),
-            Vec::new(),
-        );
+        let Workspace {
+            h,
+            qkv,
+            att,
+            y,
+            u,
+            ..
+        } = ws;
         for (li, blk) in self.blocks.iter().enumerate() {
             check()?;
             let heads = if persistent {
@@ -562,12 +639,12 @@ impl<T: Float> Model<T> {
                 l
             };
             // Attention sub-block.
-            layernorm(&x, &mut h, d, &blk.ln1, eps);
+            layernorm(&x, h, d, &blk.ln1, eps);
             ph.mark("layernorm");
-            blk.qkv.apply(&h, rows, &mut qkv, After::Bias);
+            blk.qkv.apply(h, rows, qkv, After::Bias);
             ph.mark("qkv");
             // Append this layer's keys and values for the new positions.
-            let qkv_ref = &qkv;
+            let qkv_ref: &[T] = qkv;
             let fill = |(idx, hk): (usize, &mut HeadKv<T>)| {
                 let (b, hh) = (idx / nh, idx % nh);
                 hk.reserve(p0 + t_new);
@@ -590,7 +667,7 @@ impl<T: Float> Model<T> {
             }
             ph.mark("kv append");
             // Every (row, head) block of `att` is written by exactly one attention item.
-            crate::memory::resize_for_overwrite(&mut att, rows * d);
+            crate::memory::resize_for_overwrite(att, rows * d);
             // Work items: (sequence, head, query block aligned to KB).
             let mut items = Vec::new();
             for b in 0..batch {
@@ -636,35 +713,34 @@ impl<T: Float> Model<T> {
                 items.iter().for_each(|it| work(it, &mut s));
             }
             ph.mark("attention");
-            blk.proj.apply(&att, rows, &mut y, After::AddInto(&mut x));
+            blk.proj.apply(att, rows, y, After::AddInto(&mut x));
             ph.mark("attn proj");
             // MLP sub-block.
-            layernorm(&x, &mut h, d, &blk.ln2, eps);
+            layernorm(&x, h, d, &blk.ln2, eps);
             ph.mark("layernorm");
-            blk.fc.apply(&h, rows, &mut u, After::Gelu);
+            blk.fc.apply(h, rows, u, After::Gelu);
             ph.mark("mlp fc + gelu");
-            blk.fc_proj.apply(&u, rows, &mut y, After::AddInto(&mut x));
+            blk.fc_proj.apply(u, rows, y, After::AddInto(&mut x));
             ph.mark("mlp proj");
             if let Some(hd) = hidden.as_mut() {
                 hd.extend_from_slice(&x);
             }
         }
         check()?;
-        drop((qkv, att, y, u));
         let mut final_x = None;
         let logits = match logits {
             Logits::None => {
                 final_x = Some(x);
                 Vec::new()
             }
-            Logits::All => self.head_logits(&x, rows, &mut h)?,
+            Logits::All => self.head_logits(&x, rows, h)?,
             Logits::Last => {
                 let mut last = Vec::with_capacity(batch * d);
                 for b in 0..batch {
                     let r = b * t_new + t_new - 1;
                     last.extend_from_slice(&x[r * d..(r + 1) * d]);
                 }
-                self.head_logits(&last, batch, &mut h)?
+                self.head_logits(&last, batch, h)?
             }
         };
         ph.mark("head");

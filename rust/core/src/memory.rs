@@ -84,10 +84,15 @@ pub fn zeroed<T: Element>(n: usize) -> Vec<T> {
     try_zeroed(n, "buffer").unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Make `buf` hold exactly `n` values: kept as it is when it already does (its contents are
-/// then stale, for callers that overwrite every value), otherwise replaced by zeros.
+/// Make `buf` hold exactly `n` values, for callers that overwrite every value: its memory is
+/// kept when it has room for `n` (the values are then stale, or zero past its old length),
+/// otherwise replaced by zeros.
 pub fn resize_for_overwrite<T: Element>(buf: &mut Vec<T>, n: usize) {
-    if buf.len() != n {
+    if n <= buf.len() {
+        buf.truncate(n);
+    } else if n <= buf.capacity() {
+        buf.resize(n, T::ZERO);
+    } else {
         *buf = zeroed(n);
     }
 }

@@ -204,3 +204,35 @@ fn bad_ids_and_lengths_are_errors() {
         .run(&long, 1, 201, None, Logits::All, true, false, &ok)
         .is_err());
 }
+
+#[test]
+fn kept_work_buffers_do_not_change_results() {
+    // A pass runs on the buffers a finished pass left behind: poisoned with NaN, and from a
+    // longer pass, they must not change a single bit.
+    let c = cfg(false, true);
+    let m = random_model::<f32>(&c, true, true, 8);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let long: Vec<u32> = (0..2 * 150)
+        .map(|_| rng.gen_range(0..c.vocab_size as u32))
+        .collect();
+    let short = &long[..40];
+    let fresh = random_model::<f32>(&c, true, true, 8);
+    let want_short = forward(&fresh, short, 1);
+    let want_long = forward(&fresh, &long, 2);
+    assert_eq!(bits(&forward(&m, &long, 2)), bits(&want_long));
+    {
+        let mut pool = m.workspaces.lock().unwrap();
+        assert!(!pool.is_empty(), "a finished pass keeps its buffers");
+        for ws in pool.iter_mut() {
+            for buf in [&mut ws.h, &mut ws.qkv, &mut ws.att, &mut ws.y, &mut ws.u] {
+                buf.iter_mut().for_each(|x| *x = f32::NAN);
+            }
+            for hk in ws.kv.iter_mut().flat_map(|c| c.layers.iter_mut().flatten()) {
+                hk.kt.iter_mut().for_each(|x| *x = f32::NAN);
+                hk.v.iter_mut().for_each(|x| *x = f32::NAN);
+            }
+        }
+    }
+    assert_eq!(bits(&forward(&m, short, 1)), bits(&want_short));
+    assert_eq!(bits(&forward(&m, &long, 2)), bits(&want_long));
+}

@@ -239,7 +239,7 @@ fn column_chunks_of_a_large_b_match_reference() {
     );
     let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
     for threads in [1, 2, 3] {
-        crate::threads::set_num_threads(threads);
+        crate::threads::set_num_threads(threads).unwrap();
         let mut c = vec![f32::NAN; m * n];
         gemm(MatRef::from_slice(&a, m, k), &pb, &mut c, n);
         assert!(
@@ -247,6 +247,6 @@ fn column_chunks_of_a_large_b_match_reference() {
             "{threads} threads"
         );
     }
-    crate::threads::set_num_threads(1);
+    crate::threads::set_num_threads(1).unwrap();
     tuning::B_CHUNK_FOR_TESTS.store(0, std::sync::atomic::Ordering::Relaxed);
 }
