@@ -32,6 +32,10 @@ class NativeCache:
     def nbytes(self) -> int: ...
     def clear(self) -> None: ...
 
+class PooledBuffer:
+    """The base object of a large logits array: owns its memory, which goes back to the model
+    (for the next logits) once the array and every view of it are gone."""
+
 class NativeModel:
     def __init__(
         self,

@@ -17,10 +17,11 @@ use crate::gemm::kernels::HasKernels;
 use crate::gemm::{self, GemmElement, MatRef, PackedB};
 use crate::kv_cache::{HeadKv, KvCache, KB};
 use crate::ops::{self, Transcendental};
+use crate::buffer_pool::BufferPool;
 use crate::threads::{self, SendPtr};
 use crate::Result;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Phase timings printed to stderr when `GPTCORE_PROFILE=1` (for tuning; off by default).
 struct Phases {
@@ -197,6 +198,8 @@ pub struct Model<T: Float> {
     pub head: PackedB<T>,
     /// Work buffers of finished passes, taken by the next ones (see [`Workspace`]).
     workspaces: Mutex<Vec<Workspace<T>>>,
+    /// Logits buffers handed back by their users, for the next passes' logits.
+    outputs: Arc<BufferPool<T>>,
 }
 
 /// The activation buffers of one pass (LayerNorm output, QKV, attention output, projection
@@ -393,7 +396,14 @@ impl<T: Float> Model<T> {
             ln_f,
             head,
             workspaces: Mutex::new(Vec::new()),
+            outputs: Arc::new(BufferPool::default()),
         })
+    }
+
+    /// The pool that logits buffers come from: a caller done with a result of [`Model::run`]
+    /// may hand its `logits` back with [`BufferPool::give_back`].
+    pub fn outputs(&self) -> &Arc<BufferPool<T>> {
+        &self.outputs
     }
 
     fn take_workspace(&self) -> Workspace<T> {
@@ -794,6 +804,7 @@ impl<T: Float> Model<T> {
                 let s: f64 = row.iter().map(|&b| (b.to_f64() - m).exp()).sum();
                 res[r0 + i] = row[targets[r0 + i] as usize].to_f64() - (m + s.ln());
             }
+            self.outputs.give_back(z);
             r0 += n;
         }
         Ok(res)
@@ -804,7 +815,8 @@ impl<T: Float> Model<T> {
         let d = self.cfg.d_model;
         layernorm(x, h, d, &self.ln_f, T::from_f64(self.cfg.ln_eps));
         let v = self.cfg.vocab_size;
-        let mut out = crate::memory::try_zeroed::<T>(rows.saturating_mul(v), "logits")?;
+        // The product writes every value, so a kept buffer's stale contents do not matter.
+        let mut out = self.outputs.take(rows.saturating_mul(v), "logits")?;
         gemm::gemm(MatRef::from_slice(h, rows, d), &self.head, &mut out, v);
         Ok(out)
     }

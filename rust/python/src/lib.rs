@@ -8,6 +8,7 @@ mod convert;
 mod lessons;
 mod matmul;
 mod model;
+mod pooled;
 
 use pyo3::prelude::*;
 
@@ -16,5 +17,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     matmul::register(m)?;
     model::register(m)?;
     lessons::register(m)?;
+    pooled::register(m)?;
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! for Ctrl-C between layers.
 
 use crate::convert::{detach, to_py_err};
+use crate::pooled::{into_array, Poolable};
 use gptcore_core::decoder::{Config, Float, Logits, Model, Tensor};
 use gptcore_core::kv_cache::KvCache;
 use gptcore_core::Error;
@@ -175,7 +176,7 @@ fn parse_logits(s: &str) -> PyResult<Logits> {
 
 type RunResult<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
 
-fn run_model<'py, T: Float + numpy::Element>(
+fn run_model<'py, T: Float + Poolable>(
     py: Python<'py>,
     m: &Model<T>,
     ids: &[u32],
@@ -191,7 +192,7 @@ fn run_model<'py, T: Float + numpy::Element>(
     })?;
     let v = m.cfg.vocab_size;
     let rows = out.logits.len() / v.max(1);
-    let logits = PyArray1::from_vec(py, out.logits)
+    let logits = into_array(py, out.logits, m.outputs())?
         .reshape([rows, v])?
         .into_any();
     let hid = match out.hidden {
