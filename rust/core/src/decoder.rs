@@ -13,11 +13,11 @@
 //! cached decoding reproduces the full forward bit for bit.
 
 use crate::attention::{attend_block, Scratch};
+use crate::buffer_pool::BufferPool;
 use crate::gemm::kernels::HasKernels;
 use crate::gemm::{self, GemmElement, MatRef, PackedB};
 use crate::kv_cache::{HeadKv, KvCache, KB};
 use crate::ops::{self, Transcendental};
-use crate::buffer_pool::BufferPool;
 use crate::threads::{self, SendPtr};
 use crate::Result;
 use std::collections::HashMap;
@@ -556,7 +556,15 @@ impl<T: Float> Model<T> {
                     _ => KvCache::new(1, batch, nh, dh),
                 };
                 let out = self.run_on(
-                    ids, batch, t_new, &mut kv, false, logits, causal, want_hidden, check,
+                    ids,
+                    batch,
+                    t_new,
+                    &mut kv,
+                    false,
+                    logits,
+                    causal,
+                    want_hidden,
+                    check,
                     &mut ws,
                 );
                 ws.kv = Some(kv);
@@ -632,12 +640,7 @@ impl<T: Float> Model<T> {
         let mut ph = Phases::new();
         ph.mark("embed");
         let Workspace {
-            h,
-            qkv,
-            att,
-            y,
-            u,
-            ..
+            h, qkv, att, y, u, ..
         } = ws;
         for (li, blk) in self.blocks.iter().enumerate() {
             check()?;

@@ -190,36 +190,61 @@ fn epilogue_sees_every_final_element_once() {
 
 #[test]
 fn packing_a_over_a_used_buffer_writes_every_value() {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-    for (m, k, mr) in [
-        (13usize, 7usize, 12usize),
-        (25, 300, 12),
-        (5, 1000, 4),
-        (1, 3, 3),
-    ] {
-        let a = random::<f32>(&mut rng, m * k);
-        let kb = KBlocks::new(k, 384);
-        let mut fresh = Vec::new();
-        pack_a(MatRef::from_slice(&a, m, k), mr, kb, &mut fresh);
-        // A buffer left over from a larger product, full of NaN.
-        let mut used = vec![f32::NAN; fresh.len() + 100];
-        pack_a(MatRef::from_slice(&a, m, k), mr, kb, &mut used);
-        let mpad = m.div_ceil(mr) * mr;
-        assert_eq!(fresh.len(), mpad * k);
-        for (i, (x, y)) in fresh.iter().zip(&used).enumerate() {
-            assert_eq!(x.to_bits(), y.to_bits(), "m={m} k={k} at {i}");
-        }
-        // Rows past M (the last panel's padding) are zeros.
-        for p in 0..kb.count {
-            let (k0, kc) = kb.block(p);
-            let last = &used[mpad * k0 + (mpad / mr - 1) * mr * kc..][..mr * kc];
-            for kk in 0..kc {
-                for i in (m - (mpad - mr))..mr {
-                    assert_eq!(last[kk * mr + i].to_bits(), 0, "m={m} k={k} pad row {i}");
+    fn check<T: GemmElement>() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let shapes = [
+            (13usize, 7usize, 12usize),
+            (25, 300, 12),
+            (36, 389, 12),
+            (5, 1000, 4),
+            (1, 3, 3),
+        ];
+        for (m, k, mr) in shapes {
+            // Rows of A inside a wider matrix (row stride k + 5), as a view.
+            let lda = k + 5;
+            let a = random::<T>(&mut rng, m * lda);
+            let view = unsafe { MatRef::from_raw(a.as_ptr(), m, k, lda as isize, 1) };
+            let kb = KBlocks::new(k, 384);
+            let mpad = m.div_ceil(mr) * mr;
+            let mut fresh = Vec::new();
+            pack_a(view, mr, kb, &mut fresh);
+            assert_eq!(fresh.len(), mpad * k);
+            // Every value where the layout says, against the definition.
+            for p in 0..kb.count {
+                let (k0, kc) = kb.block(p);
+                for ip in 0..mpad / mr {
+                    let panel = &fresh[mpad * k0 + ip * mr * kc..][..mr * kc];
+                    for kk in 0..kc {
+                        for i in 0..mr {
+                            let want = if ip * mr + i < m {
+                                a[(ip * mr + i) * lda + k0 + kk]
+                            } else {
+                                T::ZERO
+                            };
+                            assert_eq!(
+                                panel[kk * mr + i].to_f64().to_bits(),
+                                want.to_f64().to_bits(),
+                                "{} m={m} k={k} block {p} panel {ip} ({kk}, {i})",
+                                T::NAME
+                            );
+                        }
+                    }
                 }
+            }
+            // A buffer left over from a larger product, full of NaN: the same values.
+            let mut used = vec![T::from_f64(f64::NAN); fresh.len() + 100];
+            pack_a(view, mr, kb, &mut used);
+            for (i, (x, y)) in fresh.iter().zip(&used).enumerate() {
+                assert_eq!(
+                    x.to_f64().to_bits(),
+                    y.to_f64().to_bits(),
+                    "m={m} k={k} at {i}"
+                );
             }
         }
     }
+    check::<f32>();
+    check::<f64>();
 }
 
 #[test]
