@@ -164,7 +164,12 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
         // the rows that see further continue their chains one key at a time (the same fused
         // operations in the same order), so masked positions are never touched (a NaN there
         // cannot leak backwards).
-        pack_rows(&scratch.s, KB, nq, nkeys, mr, &mut scratch.ppack);
+        pack_a(
+            MatRef::from_slice(&scratch.s, nq, KB).cols_range(nkeys),
+            mr,
+            KBlocks::new(nkeys, nkeys),
+            &mut scratch.ppack,
+        );
         let valid = |i: usize| {
             if causal {
                 (q0 + i + 1).saturating_sub(k0).min(nkeys)
@@ -215,31 +220,6 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
         for c in 0..dh {
             let o = out.add(i * ldo + c);
             *o = *o / l;
-        }
-    }
-}
-
-/// Pack rows `0..nq` (first `nk` values each, row stride `ld`) of `src` into `mr`-row panels
-/// stored k-major (the A layout of the micro-kernels), zero-padding the last panel.
-#[inline(always)]
-fn pack_rows<T: Copy + Default>(
-    src: &[T],
-    ld: usize,
-    nq: usize,
-    nk: usize,
-    mr: usize,
-    dst: &mut Vec<T>,
-) {
-    let panels = nq.div_ceil(mr);
-    dst.clear();
-    dst.resize(panels * mr * nk, T::default());
-    for ip in 0..panels {
-        let rows = mr.min(nq - ip * mr);
-        let panel = &mut dst[ip * mr * nk..(ip + 1) * mr * nk];
-        for j in 0..nk {
-            for r in 0..rows {
-                panel[j * mr + r] = src[(ip * mr + r) * ld + j];
-            }
         }
     }
 }

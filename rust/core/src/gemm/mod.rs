@@ -100,6 +100,12 @@ impl<'a, T: Copy> MatRef<'a, T> {
         unsafe { *self.ptr.offset(i as isize * self.rs + j as isize * self.cs) }
     }
 
+    /// The first `n` columns as a view.
+    pub fn cols_range(&self, n: usize) -> MatRef<'a, T> {
+        assert!(n <= self.cols);
+        MatRef { cols: n, ..*self }
+    }
+
     /// Rows `r0..r0+n` as a view.
     pub fn rows_range(&self, r0: usize, n: usize) -> MatRef<'a, T> {
         assert!(r0 + n <= self.rows);
