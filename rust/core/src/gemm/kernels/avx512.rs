@@ -5,9 +5,16 @@ use std::arch::x86_64::*;
 
 pub const MR_F32: usize = 12;
 pub const MR_F64: usize = 12;
+/// Software prefetch distances of the f64 tile kernel, in depth steps ahead (A: 32 steps =
+/// 3 KiB, B: 16 steps = 2 KiB). Measured on the 2-core Zen 4 machine, alternating builds in one
+/// process: +4-7 % on 1024x3072x768 and 2048^3 (1 and 2 threads) against no prefetch, about
+/// the same at 64/32; A alone gave +3 %. The f32 kernel showed no gain (within +-2 %), so it
+/// has none.
+const PF_A: usize = 32;
+const PF_B: usize = 16;
 
 macro_rules! avx512_kernel {
-    ($entry:ident, $tile:ident, $wide_entry:ident, $wide:ident, $T:ty, $MR:expr, $LANES:expr, $mask:ty,
+    ($entry:ident, $tile:ident, $wide_entry:ident, $wide:ident, $T:ty, $MR:expr, $LANES:expr, $prefetch:expr, $mask:ty,
      $zero:ident, $loadu:ident, $maskz_loadu:ident, $mask_storeu:ident, $set1:ident, $fmadd:ident) => {
         #[target_feature(enable = "avx512f")]
         unsafe fn $tile<const M: usize>(
@@ -41,6 +48,14 @@ macro_rules! avx512_kernel {
             let mut ap = a;
             let mut bp = b;
             for _ in 0..kc {
+                if $prefetch {
+                    // Addresses past the panels' ends are harmless: a prefetch never faults.
+                    _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(PF_A * $MR) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(PF_B * 2 * $LANES) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        bp.wrapping_add(PF_B * 2 * $LANES + $LANES) as *const i8
+                    );
+                }
                 let b0 = $loadu(bp);
                 let b1 = $loadu(bp.add($LANES));
                 for i in 0..M {
@@ -184,6 +199,7 @@ avx512_kernel!(
     f32,
     MR_F32,
     16,
+    false,
     __mmask16,
     _mm512_setzero_ps,
     _mm512_loadu_ps,
@@ -200,6 +216,7 @@ avx512_kernel!(
     f64,
     MR_F64,
     8,
+    true,
     __mmask8,
     _mm512_setzero_pd,
     _mm512_loadu_pd,
