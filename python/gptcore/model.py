@@ -68,7 +68,10 @@ class Model:
     sizes are inferred from the shapes (``n_heads`` defaults to ``d_model // 64``). Every name,
     shape and dtype is checked once; the weights are converted to ``dtype`` (float32, the fast
     path, or float64, the reference path) and every matrix is packed once. The model is
-    immutable and may be shared between threads. ``branch_scale`` multiplies the two residual
+    immutable and may be shared between threads. Between passes it keeps its work buffers and
+    the memory of large logits arrays Python has let go of, for the next passes (see "Memory
+    kept between passes" in the docs); they are freed with the model. ``branch_scale``
+    multiplies the two residual
     projections (``attn.c_proj.weight`` and ``mlp.c_proj.weight``), the lesson's
     ``1/sqrt(2N)`` experiment.
     """
