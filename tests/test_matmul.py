@@ -76,9 +76,17 @@ def test_packed_matrix_reuse_matches_plain():
     b = rng.standard_normal((768, 130)).astype(np.float32)
     pb = gptcore.PackedMatrix(b)
     assert pb.shape == (768, 130) and pb.dtype == "float32"
-    for m in (1, 7, 64):
+    # A plain b is read in place (few rows) or packed in the call (many): the same bits; so
+    # is b as the left part of a wider array (rows further apart than its width).
+    wider = np.full((768, 200), np.nan, np.float32)
+    wider[:, :130] = b
+    for m in (1, 3, 7, 64, 129, 300):
         a = rng.standard_normal((m, 768)).astype(np.float32)
-        assert np.array_equal(gptcore.matmul(a, pb), gptcore.matmul(a, b))
+        want = gptcore.matmul(a, pb)
+        assert np.array_equal(want, gptcore.matmul(a, b))
+        assert np.array_equal(want, gptcore.matmul(a, wider[:, :130]))
+        for kern in KERNELS:
+            assert np.array_equal(want, gptcore.matmul(a, wider[:, :130], kernel=kern))
     # The packed copy does not follow later changes of b (it is a copy, made once).
     b2 = b.copy()
     b[:] = 0

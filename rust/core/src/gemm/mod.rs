@@ -184,7 +184,14 @@ pub fn gemm_then<T: GemmElement>(
     ldc: usize,
     epilogue: Epilogue<'_, T>,
 ) {
-    gemm_impl(dispatch::current(), a, b, c, ldc, Some(epilogue))
+    gemm_impl(
+        dispatch::current(),
+        a,
+        &BSource::Packed(b),
+        c,
+        ldc,
+        Some(epilogue),
+    )
 }
 
 /// `C = A B` with a given kernel (it must be supported by the CPU).
@@ -195,13 +202,113 @@ pub fn gemm_with<T: GemmElement>(
     c: &mut [T],
     ldc: usize,
 ) {
-    gemm_impl(kernel, a, b, c, ldc, None)
+    gemm_impl(kernel, a, &BSource::Packed(b), c, ldc, None)
+}
+
+/// `C = A B` with B read in place from its own storage instead of a packed copy: every
+/// whole panel of `NR` columns straight from B's rows (only the last, partial panel is
+/// copied). B must have unit column stride and a positive row stride. For few rows of A this
+/// beats packing B first (which reads and writes all of B once more than the product does);
+/// the results are the same bits either way.
+pub fn gemm_unpacked<T: GemmElement>(a: MatRef<'_, T>, b: MatRef<'_, T>, c: &mut [T], ldc: usize) {
+    gemm_unpacked_with(dispatch::current(), a, b, c, ldc)
+}
+
+/// [`gemm_unpacked`] with a given kernel (it must be supported by the CPU).
+pub fn gemm_unpacked_with<T: GemmElement>(
+    kernel: Kernel,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    c: &mut [T],
+    ldc: usize,
+) {
+    assert!(
+        b.cs == 1 && b.rs > 0,
+        "B must have unit column stride and a positive row stride"
+    );
+    let kb = KBlocks::new(b.rows, tuning::kc_max::<T>());
+    let n = b.cols;
+    let full = n / T::NR;
+    // The partial last panel, packed (zero-padded) block by block as PackedB lays out panels.
+    let mut edge = Vec::new();
+    if n % T::NR != 0 && b.rows > 0 {
+        edge = vec![T::ZERO; b.rows * T::NR];
+        for p in 0..kb.count {
+            let (k0, kc) = kb.block(p);
+            for kk in 0..kc {
+                for j in full * T::NR..n {
+                    edge[k0 * T::NR + kk * T::NR + j - full * T::NR] = b.at(k0 + kk, j);
+                }
+            }
+        }
+    }
+    gemm_impl(kernel, a, &BSource::Rows { b, edge, kb }, c, ldc, None)
+}
+
+/// The right-hand side as the kernels read it.
+enum BSource<'a, T: Element> {
+    /// Packed into `NR`-column panels ([`PackedB`]).
+    Packed(&'a PackedB<T>),
+    /// Read in place (unit column stride): whole panels from B's rows, the partial last panel
+    /// from `edge` (one packed panel).
+    Rows {
+        b: MatRef<'a, T>,
+        edge: Vec<T>,
+        kb: KBlocks,
+    },
+}
+
+impl<T: Element> BSource<'_, T> {
+    fn rows(&self) -> usize {
+        match self {
+            BSource::Packed(p) => p.rows(),
+            BSource::Rows { b, .. } => b.rows,
+        }
+    }
+    fn cols(&self) -> usize {
+        match self {
+            BSource::Packed(p) => p.cols(),
+            BSource::Rows { b, .. } => b.cols,
+        }
+    }
+    fn kb(&self) -> KBlocks {
+        match self {
+            BSource::Packed(p) => p.kb,
+            BSource::Rows { kb, .. } => *kb,
+        }
+    }
+    /// Panel `jp` of depth block `p`: its first value and the distance between its depth steps.
+    #[inline(always)]
+    fn panel(&self, p: usize, jp: usize) -> (*const T, usize) {
+        match self {
+            BSource::Packed(pb) => (pb.panel(p, jp), T::NR),
+            BSource::Rows { b, edge, kb } => {
+                let (k0, _) = kb.block(p);
+                if (jp + 1) * T::NR <= b.cols {
+                    // SAFETY: row k0, column jp * NR lies inside B.
+                    let ptr = unsafe { b.ptr.offset(k0 as isize * b.rs + (jp * T::NR) as isize) };
+                    (ptr, b.rs as usize)
+                } else {
+                    (edge[k0 * T::NR..].as_ptr(), T::NR)
+                }
+            }
+        }
+    }
+    /// The distance between panels `jp` and `jp + 1` ... `jp + 3` when the four can go to the
+    /// wide kernel together (each step of each panel `ldb` after the one before).
+    #[inline(always)]
+    fn wide_stride(&self, p: usize, jp: usize) -> Option<usize> {
+        match self {
+            BSource::Packed(_) => Some(self.kb().block(p).1 * T::NR),
+            BSource::Rows { b, .. } => ((jp + 4) * T::NR <= b.cols).then_some(T::NR),
+        }
+    }
 }
 
 fn gemm_impl<T: GemmElement>(
     kernel: Kernel,
     a: MatRef<'_, T>,
-    b: &PackedB<T>,
+    b: &BSource<'_, T>,
     c: &mut [T],
     ldc: usize,
     epilogue: Option<Epilogue<'_, T>>,
@@ -225,7 +332,7 @@ fn gemm_impl<T: GemmElement>(
     }
     assert!(kernel.supported(), "kernel not supported on this CPU");
     let spec = T::spec(kernel);
-    let kb = b.kb;
+    let kb = b.kb();
     T::with_a_buffer(|apack| {
         pack_a(a, spec.mr, kb, apack);
         run_tiles(spec, m, n, kb, apack, b, c, ldc, epilogue);
@@ -239,7 +346,7 @@ fn run_tiles<T: GemmElement>(
     n: usize,
     kb: KBlocks,
     apack: &[T],
-    b: &PackedB<T>,
+    b: &BSource<'_, T>,
     c: &mut [T],
     ldc: usize,
     epilogue: Option<Epilogue<'_, T>>,
@@ -317,10 +424,14 @@ fn run_tiles<T: GemmElement>(
                 let mut jp = g0;
                 while jp < g1 {
                     let j0 = jp * T::NR;
-                    let bp = b.panel(p, jp);
-                    // SAFETY (both branches): the A panel holds kc*mr values, each B panel kc*NR;
-                    // the C tile at (i, j0) lies inside C and belongs to this item alone.
-                    if let (Some(wide), true, true) = (spec.wide, few_rows, jp + 4 <= g1) {
+                    let (bp, ldb) = b.panel(p, jp);
+                    // SAFETY (both branches): the A panel holds kc*mr values, each B panel kc
+                    // steps of NR readable values ldb apart; the C tile at (i, j0) lies inside C
+                    // and belongs to this item alone.
+                    let wide_stride = b.wide_stride(p, jp);
+                    if let (Some(wide), true, true, Some(bstride)) =
+                        (spec.wide, few_rows, jp + 4 <= g1, wide_stride)
+                    {
                         let cols_last = T::NR.min(n - (jp + 3) * T::NR);
                         unsafe {
                             wide(
@@ -329,7 +440,8 @@ fn run_tiles<T: GemmElement>(
                                 kc,
                                 ablock.as_ptr().add((i0 / mr) * mr * kc),
                                 bp,
-                                kc * T::NR,
+                                ldb,
+                                bstride,
                                 cptr.get().add(i0 * ldc + j0),
                                 ldc,
                                 p > 0,
@@ -352,6 +464,7 @@ fn run_tiles<T: GemmElement>(
                                 kc,
                                 ablock.as_ptr().add((i / mr) * mr * kc),
                                 bp,
+                                ldb,
                                 cptr.get().add(i * ldc + j0),
                                 ldc,
                                 p > 0,

@@ -37,19 +37,51 @@ fn check_product<T: GemmElement>(
         &mut c[off..],
         ldc,
     );
+    check_output(kernel, &c, off, ldc, &want, sentinel, m, k, n, "packed B");
+    // B read in place, from inside a wider matrix (row stride n + 5).
+    let ldb = n + 5;
+    let mut wide_b = vec![T::from_f64(f64::NAN); k * ldb];
+    for r in 0..k {
+        wide_b[r * ldb..r * ldb + n].copy_from_slice(&b[r * n..(r + 1) * n]);
+    }
+    let mut c = vec![sentinel; (m + 2) * ldc];
+    let bview = unsafe { MatRef::from_raw(wide_b.as_ptr(), k, n, ldb as isize, 1) };
+    gemm_unpacked_with(
+        kernel,
+        MatRef::from_slice(&a, m, k),
+        bview,
+        &mut c[off..],
+        ldc,
+    );
+    check_output(kernel, &c, off, ldc, &want, sentinel, m, k, n, "B in place");
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_output<T: GemmElement>(
+    kernel: Kernel,
+    c: &[T],
+    off: usize,
+    ldc: usize,
+    want: &[T],
+    sentinel: T,
+    m: usize,
+    k: usize,
+    n: usize,
+    what: &str,
+) {
     for (idx, &v) in c.iter().enumerate() {
         let (r, col) = ((idx.wrapping_sub(off)) / ldc, (idx.wrapping_sub(off)) % ldc);
         if idx >= off && r < m && col < n {
             assert!(
                 v.to_f64().to_bits() == want[r * n + col].to_f64().to_bits(),
-                "{} {kernel:?} m={m} n={n} k={k} at ({r},{col}): {v:?} vs {:?}",
+                "{} {kernel:?} {what} m={m} n={n} k={k} at ({r},{col}): {v:?} vs {:?}",
                 T::NAME,
                 want[r * n + col]
             );
         } else {
             assert!(
                 v == sentinel,
-                "{} {kernel:?} m={m} n={n} k={k}: wrote outside C at {idx}",
+                "{} {kernel:?} {what} m={m} n={n} k={k}: wrote outside C at {idx}",
                 T::NAME
             );
         }

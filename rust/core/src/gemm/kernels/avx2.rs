@@ -16,6 +16,7 @@ macro_rules! avx2_kernel {
             kc: usize,
             a: *const $T,
             b: *const $T,
+            ldb: usize,
             c: *mut $T,
             ldc: usize,
             accumulate: bool,
@@ -55,7 +56,7 @@ macro_rules! avx2_kernel {
                     }
                 }
                 ap = ap.add($MR);
-                bp = bp.add(4 * $LANES);
+                bp = bp.add(ldb);
             }
             for i in 0..M {
                 for v in 0..4 {
@@ -65,22 +66,24 @@ macro_rules! avx2_kernel {
         }
 
         /// # Safety
-        /// The CPU supports AVX2 and FMA; `a` holds `kc * MR` values, `b` holds `kc * NR`;
-        /// C has `rows` rows of `cols` writable values `ldc` apart.
+        /// The CPU supports AVX2 and FMA; `a` holds `kc * MR` values; `b` holds `kc` rows of
+        /// NR readable values `ldb` apart; C has `rows` rows of `cols` writable values `ldc`
+        /// apart.
         pub unsafe fn $entry(
             rows: usize,
             cols: usize,
             kc: usize,
             a: *const $T,
             b: *const $T,
+            ldb: usize,
             c: *mut $T,
             ldc: usize,
             accumulate: bool,
         ) {
             match rows {
-                3 => $tile::<3>(cols, kc, a, b, c, ldc, accumulate),
-                2 => $tile::<2>(cols, kc, a, b, c, ldc, accumulate),
-                1 => $tile::<1>(cols, kc, a, b, c, ldc, accumulate),
+                3 => $tile::<3>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                2 => $tile::<2>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                1 => $tile::<1>(cols, kc, a, b, ldb, c, ldc, accumulate),
                 _ => {}
             }
         }

@@ -1,6 +1,7 @@
 //! Micro-kernels: one file per instruction set. Each computes a `rows x cols` tile
-//! (rows <= MR, cols <= NR) of C from a packed A micro-panel (MR values per k) and a packed
-//! B micro-panel (NR values per k):
+//! (rows <= MR, cols <= NR) of C from a packed A micro-panel (MR values per k) and a B
+//! micro-panel of NR values per k, `ldb` apart (NR when packed; the row stride when B is read
+//! in place):
 //!
 //! `c[i][j] = fma(a[k][i], b[k][j], c[i][j])` for k = 0, 1, ..., kc-1 in ascending order,
 //! starting from 0 (`accumulate == false`) or from the value already in C (later depth
@@ -15,12 +16,14 @@ pub mod portable;
 use super::dispatch::Kernel;
 use crate::Element;
 
-/// `(rows, cols, kc, a_panel, b_panel, c, ldc, accumulate)`.
-pub type KernelFn<T> = unsafe fn(usize, usize, usize, *const T, *const T, *mut T, usize, bool);
+/// `(rows, cols, kc, a_panel, b_panel, ldb, c, ldc, accumulate)`.
+pub type KernelFn<T> =
+    unsafe fn(usize, usize, usize, *const T, *const T, usize, *mut T, usize, bool);
 
-/// `(rows, cols_last, kc, a_panel, b_panel, b_stride, c, ldc, accumulate)`: up to 3 rows
+/// `(rows, cols_last, kc, a_panel, b_panel, ldb, b_stride, c, ldc, accumulate)`: up to 3 rows
 /// against 4 consecutive B panels (`b_stride` apart), the last with `cols_last` live columns.
-pub type WideFn<T> = unsafe fn(usize, usize, usize, *const T, *const T, usize, *mut T, usize, bool);
+pub type WideFn<T> =
+    unsafe fn(usize, usize, usize, *const T, *const T, usize, usize, *mut T, usize, bool);
 
 /// A micro-kernel and its tile height, and optionally a kernel for few rows and 4 panels.
 #[derive(Clone, Copy)]

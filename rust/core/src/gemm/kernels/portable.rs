@@ -6,19 +6,19 @@ use crate::Element;
 pub const MR: usize = 4;
 
 /// # Safety
-/// `a` holds `kc * MR` values, `b` holds `kc * T::NR`, and C has `rows` rows of `cols`
-/// writable values `ldc` apart.
+/// `a` holds `kc * MR` values, `b` holds `kc` rows of `cols` readable values `ldb` apart,
+/// and C has `rows` rows of `cols` writable values `ldc` apart.
 pub unsafe fn kernel<T: Element>(
     rows: usize,
     cols: usize,
     kc: usize,
     a: *const T,
     b: *const T,
+    ldb: usize,
     c: *mut T,
     ldc: usize,
     accumulate: bool,
 ) {
-    let nr = T::NR;
     let mut acc = [[T::ZERO; 32]; MR];
     if accumulate {
         for i in 0..rows {
@@ -28,7 +28,7 @@ pub unsafe fn kernel<T: Element>(
         }
     }
     for kk in 0..kc {
-        let bk = b.add(kk * nr);
+        let bk = b.add(kk * ldb);
         let ak = a.add(kk * MR);
         for i in 0..rows {
             let ai = *ak.add(i);
