@@ -15,7 +15,7 @@
 use crate::attention::{attend_block, Scratch};
 use crate::buffer_pool::BufferPool;
 use crate::gemm::kernels::HasKernels;
-use crate::gemm::{self, GemmElement, MatRef, PackedB};
+use crate::gemm::{self, GemmElement, MatRef, PackedB, Tile};
 use crate::kv_cache::{HeadKv, KvCache, KB};
 use crate::ops::{self, Transcendental};
 use crate::threads::{self, SendPtr};
@@ -152,26 +152,68 @@ impl<T: Float> Linear<T> {
                 (false, Some(SendPtr(r.as_mut_ptr())))
             }
         };
-        let epilogue = |i: usize, j0: usize, seg: &mut [T]| {
-            let len = seg.len();
-            if let Some(b) = bias {
-                for (v, &bj) in seg.iter_mut().zip(&b[j0..j0 + len]) {
-                    *v += bj;
-                }
-            }
-            if gelu {
-                T::gelu_inplace(seg);
-            }
-            if let Some(r) = resid {
-                // SAFETY: row i, columns j0.. of the residual stream match this segment of
-                // `out`, which the product hands to exactly one call.
-                let xs = unsafe { std::slice::from_raw_parts_mut(r.get().add(i * n + j0), len) };
-                for (a, &v) in xs.iter_mut().zip(seg.iter()) {
-                    *a += v;
-                }
-            }
-        };
+        let epilogue = |mut t: Tile<'_, T>| finish_tile(&mut t, bias, gelu, resid, n);
         gemm::gemm_then(MatRef::from_slice(x, rows, k), &self.w, out, n, &epilogue);
+    }
+}
+
+/// The epilogue of [`Linear::apply`] on one finished tile: `+ bias`, then GELU, then added into
+/// the residual stream (row stride `n`). The loops are compiled for AVX-512 too (chosen at run
+/// time); they hold no fused operations, so every copy gives the same bits.
+fn finish_tile<T: Float>(
+    t: &mut Tile<'_, T>,
+    bias: Option<&[T]>,
+    gelu: bool,
+    resid: Option<SendPtr<T>>,
+    n: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn wide<T: Float>(
+            t: &mut Tile<'_, T>,
+            bias: Option<&[T]>,
+            gelu: bool,
+            resid: Option<SendPtr<T>>,
+            n: usize,
+        ) {
+            finish_tile_impl(t, bias, gelu, resid, n)
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return unsafe { wide(t, bias, gelu, resid, n) };
+        }
+    }
+    finish_tile_impl(t, bias, gelu, resid, n)
+}
+
+#[inline(always)]
+fn finish_tile_impl<T: Float>(
+    t: &mut Tile<'_, T>,
+    bias: Option<&[T]>,
+    gelu: bool,
+    resid: Option<SendPtr<T>>,
+    n: usize,
+) {
+    let (i0, j0, cols) = (t.i0, t.j0, t.cols);
+    for r in 0..t.rows {
+        let seg = t.row(r);
+        if let Some(b) = bias {
+            for (v, &bj) in seg.iter_mut().zip(&b[j0..j0 + cols]) {
+                *v += bj;
+            }
+        }
+        if gelu {
+            T::gelu_inplace(seg);
+        }
+        if let Some(x) = resid {
+            // SAFETY: row i0 + r, columns j0.. of the residual stream match this row of the
+            // tile, which the product hands to exactly one call.
+            let xs =
+                unsafe { std::slice::from_raw_parts_mut(x.get().add((i0 + r) * n + j0), cols) };
+            for (a, &v) in xs.iter_mut().zip(seg.iter()) {
+                *a += v;
+            }
+        }
     }
 }
 

@@ -170,10 +170,32 @@ pub fn gemm<T: GemmElement>(a: MatRef<'_, T>, b: &PackedB<T>, c: &mut [T], ldc: 
     gemm_with(dispatch::current(), a, b, c, ldc)
 }
 
-/// Work on finished parts of C: `f(row, first column, values)` receives a segment of one row
-/// of C once its values are final, while they are still in the cache. Every element of C is
-/// passed exactly once; segments of a row may come in any order and from any thread.
-pub type Epilogue<'a, T> = &'a (dyn Fn(usize, usize, &mut [T]) + Sync);
+/// A finished block of C handed to an [`Epilogue`]: rows `i0 .. i0 + rows`, columns
+/// `j0 .. j0 + cols`.
+pub struct Tile<'a, T> {
+    pub i0: usize,
+    pub j0: usize,
+    pub rows: usize,
+    pub cols: usize,
+    ptr: *mut T,
+    ld: usize,
+    _life: std::marker::PhantomData<&'a mut T>,
+}
+
+impl<T> Tile<'_, T> {
+    /// Row `r` of the tile: columns `j0 .. j0 + cols` of row `i0 + r` of C.
+    #[inline(always)]
+    pub fn row(&mut self, r: usize) -> &mut [T] {
+        assert!(r < self.rows);
+        // SAFETY: the tile's rows lie inside C and belong to the running call alone.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(r * self.ld), self.cols) }
+    }
+}
+
+/// Work on finished parts of C: `f(tile)` receives a block of C once its values are final,
+/// while they are still in the cache (one call per micro-kernel tile). Every element of C is
+/// passed exactly once; tiles may come in any order and from any thread.
+pub type Epilogue<'a, T> = &'a (dyn Fn(Tile<'_, T>) + Sync);
 
 /// `C = A B`, then `epilogue` applied to every element of C (see [`Epilogue`]): the same
 /// values as a separate pass over C afterwards, without reading C back from memory.
@@ -322,11 +344,18 @@ fn gemm_impl<T: GemmElement>(
     assert!(c.len() >= (m - 1) * ldc + n, "output too short");
     if k == 0 {
         for i in 0..m {
-            let row = &mut c[i * ldc..i * ldc + n];
-            row.fill(T::ZERO);
-            if let Some(f) = epilogue {
-                f(i, 0, row);
-            }
+            c[i * ldc..i * ldc + n].fill(T::ZERO);
+        }
+        if let Some(f) = epilogue {
+            f(Tile {
+                i0: 0,
+                j0: 0,
+                rows: m,
+                cols: n,
+                ptr: c.as_mut_ptr(),
+                ld: ldc,
+                _life: Default::default(),
+            });
         }
         return;
     }
@@ -396,12 +425,16 @@ fn run_tiles<T: GemmElement>(
     // Hand the rows i0..i1, columns j0..j0+cols of C (final now) to the epilogue.
     let finish = |i0: usize, i1: usize, j0: usize, cols: usize| {
         if let Some(f) = epilogue {
-            for i in i0..i1 {
-                // SAFETY: the segment lies inside C and belongs to the running item alone.
-                let seg =
-                    unsafe { std::slice::from_raw_parts_mut(cptr.get().add(i * ldc + j0), cols) };
-                f(i, j0, seg);
-            }
+            // The block lies inside C and belongs to the running item alone.
+            f(Tile {
+                i0,
+                j0,
+                rows: i1 - i0,
+                cols,
+                ptr: unsafe { cptr.get().add(i0 * ldc + j0) },
+                ld: ldc,
+                _life: Default::default(),
+            });
         }
     };
     let item = |idx: usize| {

@@ -201,12 +201,18 @@ fn epilogue_sees_every_final_element_once() {
         for threads in [1, 2] {
             threads::set_num_threads(threads).unwrap();
             let mut c = vec![f32::NAN; m * n];
-            let epi = |i: usize, j0: usize, seg: &mut [f32]| {
-                for (j, v) in seg.iter_mut().enumerate() {
-                    // Final values only: equal to the finished product here.
-                    assert_eq!(v.to_bits(), want[i * n + j0 + j].to_bits());
-                    seen[i * n + j0 + j].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    *v = *v * 2.0 + 1.0;
+            let epi = |mut t: Tile<'_, f32>| {
+                let (i0, j0, cols) = (t.i0, t.j0, t.cols);
+                for r in 0..t.rows {
+                    let seg = t.row(r);
+                    assert_eq!(seg.len(), cols);
+                    let i = i0 + r;
+                    for (j, v) in seg.iter_mut().enumerate() {
+                        // Final values only: equal to the finished product here.
+                        assert_eq!(v.to_bits(), want[i * n + j0 + j].to_bits());
+                        seen[i * n + j0 + j].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        *v = *v * 2.0 + 1.0;
+                    }
                 }
             };
             gemm_then(MatRef::from_slice(&a, m, k), &pb, &mut c, n, &epi);
