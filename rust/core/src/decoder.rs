@@ -194,23 +194,28 @@ fn finish_tile_impl<T: Float>(
     resid: Option<SendPtr<T>>,
     n: usize,
 ) {
-    let (i0, j0, cols) = (t.i0, t.j0, t.cols);
-    for r in 0..t.rows {
-        let seg = t.row(r);
-        if let Some(b) = bias {
-            for (v, &bj) in seg.iter_mut().zip(&b[j0..j0 + cols]) {
+    // Each element gets + bias, then GELU, then goes into the residual stream: the steps run
+    // over the whole tile one after the other, which keeps every element's order.
+    let (i0, j0, rows, cols) = (t.i0, t.j0, t.rows, t.cols);
+    if let Some(b) = bias {
+        for r in 0..rows {
+            for (v, &bj) in t.row(r).iter_mut().zip(&b[j0..j0 + cols]) {
                 *v += bj;
             }
         }
-        if gelu {
-            T::gelu_inplace(seg);
-        }
-        if let Some(x) = resid {
+    }
+    if gelu {
+        let ld = t.ld();
+        // SAFETY: the tile's rows are valid for reads and writes.
+        unsafe { T::gelu_rows(t.as_mut_ptr(), rows, cols, ld) };
+    }
+    if let Some(x) = resid {
+        for r in 0..rows {
             // SAFETY: row i0 + r, columns j0.. of the residual stream match this row of the
             // tile, which the product hands to exactly one call.
             let xs =
                 unsafe { std::slice::from_raw_parts_mut(x.get().add((i0 + r) * n + j0), cols) };
-            for (a, &v) in xs.iter_mut().zip(seg.iter()) {
+            for (a, &v) in xs.iter_mut().zip(t.row(r).iter()) {
                 *a += v;
             }
         }

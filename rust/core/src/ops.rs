@@ -16,6 +16,16 @@ pub trait Transcendental: Element {
     fn exp_inplace(x: &mut [Self]);
     /// `x[i] = gelu_tanh(x[i])`.
     fn gelu_inplace(x: &mut [Self]);
+    /// [`Transcendental::gelu_inplace`] on `rows` rows of `cols` values, `ld` apart (one
+    /// dispatch for a whole tile of a product).
+    ///
+    /// # Safety
+    /// Every `ptr + r * ld + j` (r < rows, j < cols) is valid for reads and writes.
+    unsafe fn gelu_rows(ptr: *mut Self, rows: usize, cols: usize, ld: usize) {
+        for r in 0..rows {
+            Self::gelu_inplace(std::slice::from_raw_parts_mut(ptr.add(r * ld), cols));
+        }
+    }
     /// One online-softmax step on a row of raw scores: scales `row[..valid]` by `scale`,
     /// takes `m = max(m_old, max row)`, replaces `row[..valid]` by `exp(row - m)` and
     /// `row[valid..]` by 0, and returns `(m, sum of row)`.
@@ -134,6 +144,14 @@ fn gelu_slice_generic(x: &mut [f32]) {
     }
 }
 
+#[inline(always)]
+fn gelu_rows_generic(ptr: *mut f32, rows: usize, cols: usize, ld: usize) {
+    for r in 0..rows {
+        // SAFETY: guaranteed by the caller of `Transcendental::gelu_rows`.
+        gelu_slice_generic(unsafe { std::slice::from_raw_parts_mut(ptr.add(r * ld), cols) });
+    }
+}
+
 const LANES: usize = 16;
 
 /// Lane-parallel sum: 16 running sums (element i goes to lane i % 16), combined in a fixed
@@ -241,6 +259,7 @@ macro_rules! multiversion {
 
 multiversion!(fn exp_slice(x: &mut [f32]) -> () => exp_slice_generic);
 multiversion!(fn gelu_slice(x: &mut [f32]) -> () => gelu_slice_generic);
+multiversion!(fn gelu_rows_f32(ptr: *mut f32, rows: usize, cols: usize, ld: usize) -> () => gelu_rows_generic);
 multiversion!(fn softmax_step_f32(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) => softmax_step_generic);
 multiversion!(fn moments_f32(x: &[f32]) -> (f32, f32) => moments_generic);
 
@@ -257,6 +276,9 @@ impl Transcendental for f32 {
     }
     fn gelu_inplace(x: &mut [f32]) {
         gelu_slice(x)
+    }
+    unsafe fn gelu_rows(ptr: *mut f32, rows: usize, cols: usize, ld: usize) {
+        gelu_rows_f32(ptr, rows, cols, ld)
     }
 }
 

@@ -183,6 +183,16 @@ pub struct Tile<'a, T> {
 }
 
 impl<T> Tile<'_, T> {
+    /// The first value of the tile; row r starts `r * ld()` values after it.
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.ptr
+    }
+
+    /// Distance between the starts of consecutive rows.
+    pub fn ld(&self) -> usize {
+        self.ld
+    }
+
     /// Row `r` of the tile: columns `j0 .. j0 + cols` of row `i0 + r` of C.
     #[inline(always)]
     pub fn row(&mut self, r: usize) -> &mut [T] {
