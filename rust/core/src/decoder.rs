@@ -210,6 +210,21 @@ fn finish_tile_impl<T: Float>(
         unsafe { T::gelu_rows(t.as_mut_ptr(), rows, cols, ld) };
     }
     if let Some(x) = resid {
+        // The next tile down (the product's next call) reads the residual rows below these:
+        // ask for them now, since rows n values apart are not a pattern the hardware follows.
+        #[cfg(target_arch = "x86_64")]
+        for r in rows..2 * rows {
+            let p = x.get().wrapping_add((i0 + r) * n + j0);
+            let bytes = cols * std::mem::size_of::<T>();
+            for off in (0..bytes).step_by(64) {
+                // SAFETY: a prefetch never faults, whatever the address.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        (p as *const i8).wrapping_add(off),
+                    )
+                };
+            }
+        }
         for r in 0..rows {
             // SAFETY: row i0 + r, columns j0.. of the residual stream match this row of the
             // tile, which the product hands to exactly one call.
