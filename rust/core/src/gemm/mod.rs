@@ -258,22 +258,16 @@ pub fn gemm_unpacked_with<T: GemmElement>(
         b.cs == 1 && b.rs > 0,
         "B must have unit column stride and a positive row stride"
     );
+    // The partial last panel (if any) is packed, zero-padded, the same way as a PackedB.
+    let full = b.cols / T::NR * T::NR;
+    let edge = (full < b.cols).then(|| {
+        // SAFETY: columns full.. of B, a subset of B's elements.
+        let rest = unsafe {
+            MatRef::from_raw(b.ptr.offset(full as isize), b.rows, b.cols - full, b.rs, 1)
+        };
+        PackedB::pack(rest)
+    });
     let kb = KBlocks::new(b.rows, tuning::kc_max::<T>());
-    let n = b.cols;
-    let full = n / T::NR;
-    // The partial last panel, packed (zero-padded) block by block as PackedB lays out panels.
-    let mut edge = Vec::new();
-    if n % T::NR != 0 && b.rows > 0 {
-        edge = vec![T::ZERO; b.rows * T::NR];
-        for p in 0..kb.count {
-            let (k0, kc) = kb.block(p);
-            for kk in 0..kc {
-                for j in full * T::NR..n {
-                    edge[k0 * T::NR + kk * T::NR + j - full * T::NR] = b.at(k0 + kk, j);
-                }
-            }
-        }
-    }
     gemm_impl(kernel, a, &BSource::Rows { b, edge, kb }, c, ldc, None)
 }
 
@@ -282,10 +276,10 @@ enum BSource<'a, T: Element> {
     /// Packed into `NR`-column panels ([`PackedB`]).
     Packed(&'a PackedB<T>),
     /// Read in place (unit column stride): whole panels from B's rows, the partial last panel
-    /// from `edge` (one packed panel).
+    /// from `edge` (its columns packed).
     Rows {
         b: MatRef<'a, T>,
-        edge: Vec<T>,
+        edge: Option<PackedB<T>>,
         kb: KBlocks,
     },
 }
@@ -321,7 +315,8 @@ impl<T: Element> BSource<'_, T> {
                     let ptr = unsafe { b.ptr.offset(k0 as isize * b.rs + (jp * T::NR) as isize) };
                     (ptr, b.rs as usize)
                 } else {
-                    (edge[k0 * T::NR..].as_ptr(), T::NR)
+                    let edge = edge.as_ref().expect("a partial panel is packed");
+                    (edge.panel(p, 0), T::NR)
                 }
             }
         }
