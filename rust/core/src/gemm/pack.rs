@@ -211,7 +211,17 @@ unsafe fn pack12<T: Element>(src: *const T, rs: isize, kc: usize, dst: *mut T) {
         }
     }
     #[allow(unreachable_code)]
-    for kk in 0..kc {
+    copy12(src, rs, 0, kc, dst)
+}
+
+/// Depth steps `from .. kc` of [`pack12`], one value at a time (the tail the vector loops
+/// leave, and the whole copy where they do not exist).
+///
+/// # Safety
+/// As for [`pack12`].
+#[inline(always)]
+unsafe fn copy12<T: Copy>(src: *const T, rs: isize, from: usize, kc: usize, dst: *mut T) {
+    for kk in from..kc {
         for i in 0..12 {
             *dst.add(kk * 12 + i) = *src.offset(i as isize * rs + kk as isize);
         }
@@ -247,11 +257,7 @@ unsafe fn pack12_f32(src: *const f32, rs: isize, kc: usize, dst: *mut f32) {
         }
         kk += 8;
     }
-    for k in kk..kc {
-        for i in 0..12 {
-            *dst.add(k * 12 + i) = *src.offset(i as isize * rs + k as isize);
-        }
-    }
+    copy12(src, rs, kk, kc, dst);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -280,9 +286,5 @@ unsafe fn pack12_f64(src: *const f64, rs: isize, kc: usize, dst: *mut f64) {
         }
         kk += 4;
     }
-    for k in kk..kc {
-        for i in 0..12 {
-            *dst.add(k * 12 + i) = *src.offset(i as isize * rs + k as isize);
-        }
-    }
+    copy12(src, rs, kk, kc, dst);
 }
