@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 
+@functools.lru_cache(maxsize=None)
 def physical_memory() -> int:
-    """Bytes of physical memory (a large number when the platform does not say)."""
+    """Bytes of physical memory (a large number when the platform does not say). Asked once:
+    the two system calls cost more than a small product."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
