@@ -100,6 +100,13 @@ impl<'a, T: Copy> MatRef<'a, T> {
         unsafe { *self.ptr.offset(i as isize * self.rs + j as isize * self.cs) }
     }
 
+    /// The address of element (i, 0) (row `i` must lie inside the view).
+    #[inline(always)]
+    pub fn row_ptr(&self, i: usize) -> *const T {
+        debug_assert!(i < self.rows);
+        self.ptr.wrapping_offset(i as isize * self.rs)
+    }
+
     /// The first `n` columns as a view.
     pub fn cols_range(&self, n: usize) -> MatRef<'a, T> {
         assert!(n <= self.cols);

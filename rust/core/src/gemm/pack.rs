@@ -65,24 +65,70 @@ impl<T: Element> PackedB<T> {
         if k > 0 && n > 0 {
             let work = k * n;
             let ptr = threads::SendPtr(data.as_mut_ptr());
-            let pack_panel = move |jp: usize| {
-                let j0 = jp * T::NR;
-                let nc = T::NR.min(n - j0);
-                for p in 0..kb.count {
-                    let (k0, kc) = kb.block(p);
-                    // SAFETY: panel (p, jp) occupies a disjoint range of `data`.
-                    let dst = unsafe { ptr.get().add(npad * k0 + jp * T::NR * kc) };
-                    for kk in 0..kc {
-                        for j in 0..nc {
-                            unsafe { *dst.add(kk * T::NR + j) = b.at(k0 + kk, j0 + j) };
+            if b.cs == 1 {
+                // Rows of B (the common case): a few rows at a time, each row read from start
+                // to end and cut into its panels' segments of NR values (a fixed-size copy).
+                // Reading panel by panel instead strode down all K rows once per panel.
+                const ROWS: usize = 16;
+                let pack_rows = move |it: usize| {
+                    for kr in it * ROWS..(it * ROWS + ROWS).min(k) {
+                        let p = kr / kb.kc;
+                        let (k0, kc) = kb.block(p);
+                        let src = b.row_ptr(kr);
+                        for jp in 0..panels {
+                            let j0 = jp * T::NR;
+                            // SAFETY: step kr - k0 of panel (p, jp) is NR values of `data`
+                            // that no other row writes; the pad columns stay zero.
+                            unsafe {
+                                let dst = ptr
+                                    .get()
+                                    .add(npad * k0 + jp * T::NR * kc + (kr - k0) * T::NR);
+                                if j0 + T::NR <= n {
+                                    std::ptr::copy_nonoverlapping(src.add(j0), dst, T::NR);
+                                } else {
+                                    std::ptr::copy_nonoverlapping(src.add(j0), dst, n - j0);
+                                }
+                            }
                         }
                     }
+                };
+                let items = k.div_ceil(ROWS);
+                if work >= 1 << 16 {
+                    threads::parallel_for(items, pack_rows);
+                } else {
+                    (0..items).for_each(pack_rows);
                 }
-            };
-            if work >= 1 << 16 {
-                threads::parallel_for(panels, pack_panel);
             } else {
-                (0..panels).for_each(pack_panel);
+                // Any other strides (a transposed view has unit row stride): panel by panel,
+                // walking B along its smaller stride in the inner loop.
+                let along_k = b.rs.unsigned_abs() < b.cs.unsigned_abs();
+                let pack_panel = move |jp: usize| {
+                    let j0 = jp * T::NR;
+                    let nc = T::NR.min(n - j0);
+                    for p in 0..kb.count {
+                        let (k0, kc) = kb.block(p);
+                        // SAFETY: panel (p, jp) occupies a disjoint range of `data`.
+                        let dst = unsafe { ptr.get().add(npad * k0 + jp * T::NR * kc) };
+                        if along_k {
+                            for j in 0..nc {
+                                for kk in 0..kc {
+                                    unsafe { *dst.add(kk * T::NR + j) = b.at(k0 + kk, j0 + j) };
+                                }
+                            }
+                        } else {
+                            for kk in 0..kc {
+                                for j in 0..nc {
+                                    unsafe { *dst.add(kk * T::NR + j) = b.at(k0 + kk, j0 + j) };
+                                }
+                            }
+                        }
+                    }
+                };
+                if work >= 1 << 16 {
+                    threads::parallel_for(panels, pack_panel);
+                } else {
+                    (0..panels).for_each(pack_panel);
+                }
             }
         }
         Ok(PackedB { data, k, n, kb })

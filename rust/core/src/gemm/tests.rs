@@ -143,6 +143,26 @@ fn strided_and_transposed_inputs() {
     let mut c = vec![0.0; m * n];
     gemm(a, &pb, &mut c, n);
     assert_eq!(c, want);
+    // B stored transposed (n x k, unit row stride): packed walking along k.
+    let bt: Vec<f64> = (0..n)
+        .flat_map(|j| (0..k).map(move |r| (r, j)))
+        .map(|(r, j)| b[r * n + j])
+        .collect();
+    let bview = unsafe { MatRef::from_raw(bt.as_ptr(), k, n, 1, k as isize) };
+    let mut c = vec![0.0; m * n];
+    gemm(a, &PackedB::pack(bview), &mut c, n);
+    assert_eq!(c, want);
+    // B's rows stored last to first (negative row stride, unit column stride): the row path.
+    let brows: Vec<f64> = (0..k)
+        .rev()
+        .flat_map(|r| b[r * n..(r + 1) * n].to_vec())
+        .collect();
+    let bview =
+        unsafe { MatRef::from_raw(brows.as_ptr().add((k - 1) * n), k, n, -(n as isize), 1) };
+    let mut c = vec![0.0; m * n];
+    gemm(a, &PackedB::pack(bview), &mut c, n);
+    assert_eq!(c, want);
+    assert_eq!(PackedB::pack(bview).unpack(), b);
 }
 
 #[test]
@@ -285,7 +305,12 @@ fn packing_a_over_a_used_buffer_writes_every_value() {
                 let ip = (i - mpad * k0) / (mr * kc);
                 ip * mr + (i - mpad * k0) % (mr * kc) % mr < m
             };
-            for (i, (x, y)) in fresh.iter().zip(&used).enumerate().filter(|&(i, _)| live(i)) {
+            for (i, (x, y)) in fresh
+                .iter()
+                .zip(&used)
+                .enumerate()
+                .filter(|&(i, _)| live(i))
+            {
                 assert_eq!(
                     x.to_f64().to_bits(),
                     y.to_f64().to_bits(),

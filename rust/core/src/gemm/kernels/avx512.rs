@@ -51,14 +51,15 @@ macro_rules! avx512_kernel {
             }
             let mut ap = a;
             let mut bp = b;
+            // B read in place (rows far apart) is prefetched by both types: the hardware
+            // prefetcher does not follow it from memory.
+            let in_place = ldb != 2 * $LANES;
             for _ in 0..kc {
-                if $prefetch {
+                if $prefetch || in_place {
                     // Addresses past the panels' ends are harmless: a prefetch never faults.
                     _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(PF_A * $MR) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(PF_B * 2 * $LANES) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        bp.wrapping_add(PF_B * 2 * $LANES + $LANES) as *const i8
-                    );
+                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(PF_B * ldb) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(PF_B * ldb + $LANES) as *const i8);
                 }
                 let b0 = $loadu(bp);
                 let b1 = $loadu(bp.add($LANES));
