@@ -94,6 +94,22 @@ def test_packed_matrix_reuse_matches_plain():
     assert np.array_equal(gptcore.matmul(a, pb), gptcore.matmul(a, b2))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_b_packed_in_the_call_into_kept_memory(dtype):
+    # More than 64 rows pack a plain b for the call, into memory kept from an earlier call
+    # when there is some of the right size. A first product leaves NaN there; the next b has
+    # the same packed size but a partial last panel, whose padding must not carry them over.
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((100, 768)).astype(dtype)
+    gptcore.matmul(a, np.full((768, 512), np.nan, dtype))
+    for n in (500, 512, 497):
+        b = rng.standard_normal((768, n)).astype(dtype)
+        got = gptcore.matmul(a, b)
+        assert np.array_equal(got, gptcore.matmul(a, gptcore.PackedMatrix(b)))
+        assert np.array_equal(got, gptcore.matmul_reference(a, b))
+        gptcore.matmul(a, np.full((768, 512), np.nan, dtype))
+
+
 def test_zero_sizes():
     for dt in (np.float32, np.float64):
         assert gptcore.matmul(np.zeros((3, 0), dt), np.zeros((0, 4), dt)).tolist() == [[0.0] * 4] * 3

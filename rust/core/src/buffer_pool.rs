@@ -23,6 +23,13 @@ pub struct BufferPool<T> {
 
 impl<T> Default for BufferPool<T> {
     fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> BufferPool<T> {
+    /// An empty pool (usable in a `static`).
+    pub const fn new() -> Self {
         BufferPool {
             kept: Mutex::new(Vec::new()),
         }

@@ -78,14 +78,18 @@ enum Rhs<'a, T: gptcore_core::Element> {
     Packed(&'a PackedB<T>),
     /// Read in place (unit column stride, positive row stride).
     InPlace(MatRef<'a, T>),
+    /// Packed for this product only.
+    PackHere(MatRef<'a, T>),
 }
 
 /// Products with at most this many rows read an unpacked `b` in place; more rows pack it
-/// first (packing reads and writes `b` once more, which more rows repay by reusing the packed
-/// panels from the cache). Measured here against packing in the call (f32 and f64, 768 x 2304
-/// and 3072 x 768 from memory, 1 and 2 threads, alternating in one process): in place was
-/// 3.1-4.3x faster at 1 row, 1.2-1.8x at 8, 1.0-1.3x at 64 and even (0.97-1.13x) at 128-256.
-const IN_PLACE_MAX_ROWS: usize = 128;
+/// first, into memory kept from earlier calls (packing reads and writes `b` once more, which
+/// more rows repay by reusing the packed panels from the cache). Measured here (768 x 2304,
+/// 2 threads, alternating in one process, against numpy): packing in the call gave 0.88 /
+/// 0.82x numpy (float32 / float64) at 32 rows and in place 1.27 / 0.89; at 64 rows 1.09 /
+/// 0.85 against 1.03 / 0.95; at 128 rows 0.94 / 0.96 against 0.98 / 0.78; at 256 rows 1.04 /
+/// 0.98 against 0.91 / 0.94.
+const IN_PLACE_MAX_ROWS: usize = 64;
 
 fn product<'py, T: gemm::GemmElement + numpy::Element>(
     py: Python<'py>,
@@ -96,7 +100,7 @@ fn product<'py, T: gemm::GemmElement + numpy::Element>(
     let (m, k) = (a.shape()[0], a.shape()[1]);
     let (bk, n) = match &b {
         Rhs::Packed(p) => (p.rows(), p.cols()),
-        Rhs::InPlace(v) => (v.rows, v.cols),
+        Rhs::InPlace(v) | Rhs::PackHere(v) => (v.rows, v.cols),
     };
     if k != bk {
         return Err(PyValueError::new_err(format!(
@@ -111,9 +115,11 @@ fn product<'py, T: gemm::GemmElement + numpy::Element>(
     let mut c = gptcore_core::memory::try_zeroed::<T>(len, "matmul output").map_err(to_py_err)?;
     let kern = forced.unwrap_or_else(gemm::current_kernel);
     detach(py, || match b {
-        Rhs::Packed(p) => gemm::gemm_with(kern, av, p, &mut c, n),
-        Rhs::InPlace(v) => gemm::gemm_unpacked_with(kern, av, v, &mut c, n),
-    })?;
+        Rhs::Packed(p) => Ok(gemm::gemm_with(kern, av, p, &mut c, n)),
+        Rhs::InPlace(v) => Ok(gemm::gemm_unpacked_with(kern, av, v, &mut c, n)),
+        Rhs::PackHere(v) => gemm::try_gemm_packing_b(kern, av, v, &mut c, n),
+    })?
+    .map_err(to_py_err)?;
     PyArray1::from_vec(py, c).reshape([m, n])
 }
 
@@ -130,8 +136,7 @@ fn product_unpacked<'py, T: gemm::GemmElement + numpy::Element>(
     if a.shape()[0] <= IN_PLACE_MAX_ROWS && bv.cs == 1 && bv.rs > 0 {
         return product(py, a, Rhs::InPlace(bv), forced);
     }
-    let pb = detach(py, || PackedB::try_pack(bv))?.map_err(to_py_err)?;
-    product(py, a, Rhs::Packed(&pb), forced)
+    product(py, a, Rhs::PackHere(bv), forced)
 }
 
 /// Raise a Rust panic inside the native code (tests check that it becomes a Python error).

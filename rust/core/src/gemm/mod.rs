@@ -22,6 +22,7 @@ pub mod tuning;
 pub use dispatch::{available, current as current_kernel, detect, set_kernel, Kernel};
 pub use pack::PackedB;
 
+use crate::buffer_pool::BufferPool;
 use crate::threads;
 use crate::Element;
 use kernels::{HasKernels, KernelSpec};
@@ -151,9 +152,14 @@ thread_local! {
     static A_BUF_F64: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
 }
 
+static B_SCRATCH_F32: BufferPool<f32> = BufferPool::new();
+static B_SCRATCH_F64: BufferPool<f64> = BufferPool::new();
+
 /// Types the matmul runs on.
 pub trait GemmElement: HasKernels {
     fn with_a_buffer<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R;
+    /// Memory that [`try_gemm_packing_b`] packs B into, kept between calls.
+    fn b_scratch() -> &'static BufferPool<Self>;
 }
 impl GemmElement for f32 {
     fn with_a_buffer<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
@@ -161,6 +167,9 @@ impl GemmElement for f32 {
             Ok(mut v) => f(&mut v),
             Err(_) => f(&mut Vec::new()),
         })
+    }
+    fn b_scratch() -> &'static BufferPool<f32> {
+        &B_SCRATCH_F32
     }
 }
 impl GemmElement for f64 {
@@ -170,6 +179,36 @@ impl GemmElement for f64 {
             Err(_) => f(&mut Vec::new()),
         })
     }
+    fn b_scratch() -> &'static BufferPool<f64> {
+        &B_SCRATCH_F64
+    }
+}
+
+/// Packed copies of B made for one product are kept for later products up to this size (at
+/// most [`crate::buffer_pool::MAX_KEPT`] per type); larger ones are freed after the product.
+pub const B_SCRATCH_MAX_BYTES: usize = 32 << 20;
+
+/// `C = A B` for a B given as a plain matrix (any strides) that is packed for this product
+/// only. The packed copy goes to memory kept from earlier calls when there is some of the right
+/// size: fresh memory costs a page fault and a zeroing pass per page on first touch (on this
+/// kind of virtual machine a host fault too), as much as packing itself. `Error::Memory` when
+/// the copy cannot be allocated.
+pub fn try_gemm_packing_b<T: GemmElement>(
+    kernel: Kernel,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    c: &mut [T],
+    ldc: usize,
+) -> crate::Result<()> {
+    let len = PackedB::<T>::packed_len(b.rows, b.cols);
+    let buf = T::b_scratch().take(len, "packing b")?;
+    let pb = PackedB::pack_into(b, buf);
+    gemm_with(kernel, a, &pb, c, ldc);
+    let data = pb.into_data();
+    if data.capacity() * std::mem::size_of::<T>() <= B_SCRATCH_MAX_BYTES {
+        T::b_scratch().give_back(data);
+    }
+    Ok(())
 }
 
 /// `C = A B` with the active kernel. `c` is row-major with row stride `ldc >= N`.

@@ -57,11 +57,41 @@ impl<T: Element> PackedB<T> {
 
     /// Pack a (K x N) matrix given with any strides, or `Error::Memory` stating the bytes.
     pub fn try_pack(b: MatRef<'_, T>) -> crate::Result<PackedB<T>> {
+        let len = Self::packed_len(b.rows, b.cols);
+        let data = crate::memory::try_zeroed::<T>(len, "packing a matrix")?;
+        Ok(Self::pack_into(b, data))
+    }
+
+    /// Values a packed (K x N) matrix holds (its last panel padded to NR columns).
+    pub fn packed_len(k: usize, n: usize) -> usize {
+        n.div_ceil(T::NR).saturating_mul(T::NR).saturating_mul(k)
+    }
+
+    /// The storage back, for [`PackedB::pack_into`] to reuse.
+    pub fn into_data(self) -> Vec<T> {
+        self.data
+    }
+
+    /// Pack a (K x N) matrix into `data`, which must hold exactly [`PackedB::packed_len`]
+    /// values; its old values may be anything (every value is written, the padding columns
+    /// with zeros).
+    pub fn pack_into(b: MatRef<'_, T>, mut data: Vec<T>) -> PackedB<T> {
         let (k, n) = (b.rows, b.cols);
+        assert_eq!(data.len(), Self::packed_len(k, n), "packed buffer of the wrong length");
         let kb = KBlocks::new(k, super::tuning::kc_max::<T>());
         let panels = n.div_ceil(T::NR);
         let npad = panels * T::NR;
-        let mut data = crate::memory::try_zeroed::<T>(npad.saturating_mul(k), "packing a matrix")?;
+        if k > 0 && n < npad {
+            // The last panel's padding columns (the loops below write the live ones only).
+            let j0 = npad - T::NR;
+            for p in 0..kb.count {
+                let (k0, kc) = kb.block(p);
+                let base = npad * k0 + (panels - 1) * T::NR * kc;
+                for kk in 0..kc {
+                    data[base + kk * T::NR + (n - j0)..base + (kk + 1) * T::NR].fill(T::ZERO);
+                }
+            }
+        }
         if k > 0 && n > 0 {
             let work = k * n;
             let ptr = threads::SendPtr(data.as_mut_ptr());
@@ -131,7 +161,7 @@ impl<T: Element> PackedB<T> {
                 }
             }
         }
-        Ok(PackedB { data, k, n, kb })
+        PackedB { data, k, n, kb }
     }
 
     /// The matrix back in row-major (K x N) order.

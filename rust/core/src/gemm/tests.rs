@@ -324,6 +324,20 @@ fn packing_a_over_a_used_buffer_writes_every_value() {
 }
 
 #[test]
+fn packing_b_into_a_used_buffer_matches_fresh_packing() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+    for (k, n) in [(900usize, 45usize), (300, 64), (1, 1), (385, 33)] {
+        let b = random::<f32>(&mut rng, k * n);
+        let view = MatRef::from_slice(&b, k, n);
+        let fresh = PackedB::pack(view);
+        let used = vec![f32::NAN; PackedB::<f32>::packed_len(k, n)];
+        let reused = PackedB::pack_into(view, used);
+        let (x, y) = (fresh.into_data(), reused.into_data());
+        assert!(x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()), "k={k} n={n}");
+    }
+}
+
+#[test]
 fn column_chunks_of_a_large_b_match_reference() {
     // Chunks of 64 KiB (8 panels here) and a B of 750 KiB: more than four chunks and more
     // than one row block, so the chunked, chunk-major work order runs.
