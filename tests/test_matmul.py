@@ -95,6 +95,31 @@ def test_packed_matrix_reuse_matches_plain():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_few_rows_against_a_wide_plain_b(dtype):
+    # One to eight rows against a plain b wide enough to be streamed along its whole rows
+    # (one column range per thread): the same bits as the packed product and the reference,
+    # with a as a strided or transposed view and b as the left part of a wider array.
+    rng = np.random.default_rng(11)
+    k, n = 389, 1100
+    wider = np.full((k, n + 9), np.nan, dtype)
+    wider[:, :n] = rng.standard_normal((k, n))
+    b = wider[:, :n]
+    pb = gptcore.PackedMatrix(np.ascontiguousarray(b))
+    before = gptcore.get_num_threads()
+    try:
+        for threads in (1, 2):
+            gptcore.set_num_threads(threads)
+            for m in range(1, 9):
+                full = rng.standard_normal((m, 2 * k)).astype(dtype)
+                for a in (full[:, :k], full[:, ::2], np.asfortranarray(full[:, :k])):
+                    got = gptcore.matmul(a, b)
+                    assert np.array_equal(got, gptcore.matmul(np.ascontiguousarray(a), pb))
+                    assert np.array_equal(got, gptcore.matmul_reference(a, np.ascontiguousarray(b)))
+    finally:
+        gptcore.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_b_packed_in_the_call_into_kept_memory(dtype):
     # More than 64 rows pack a plain b for the call, into memory kept from an earlier call
     # when there is some of the right size. A first product leaves NaN there; the next b has

@@ -338,6 +338,64 @@ fn packing_b_into_a_used_buffer_matches_fresh_packing() {
 }
 
 #[test]
+fn stream_kernel_matches_reference() {
+    // One to eight rows against a B read in place that is wide enough for the stream kernel
+    // (whole rows, one column range per thread): every row count, depths around the kernel's
+    // four-step passes, widths with and without a partial last vector, one and two threads; B
+    // inside a wider NaN-padded matrix, A inside a wider matrix or transposed.
+    fn check<T: GemmElement>() {
+        if !Kernel::Avx512.supported() {
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+        let before = threads::num_threads();
+        for (k, n) in [(0usize, 600usize), (1, 1031), (3, 512), (4, 1030), (5, 1111), (383, 1040), (768, 2304)] {
+            for m in 1..=kernels::STREAM_ROWS {
+                let ldb = n + 7;
+                let mut bw = vec![T::from_f64(f64::NAN); k * ldb];
+                let b = random::<T>(&mut rng, k * n);
+                for r in 0..k {
+                    bw[r * ldb..r * ldb + n].copy_from_slice(&b[r * n..(r + 1) * n]);
+                }
+                let lda = k + 3;
+                let aw = random::<T>(&mut rng, m * lda);
+                let a: Vec<T> = (0..m * k).map(|x| aw[(x / k) * lda + x % k]).collect();
+                let at: Vec<T> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
+                let mut want = vec![T::ZERO; m * n];
+                gemm_reference(MatRef::from_slice(&a, m, k), MatRef::from_slice(&b, k, n), &mut want);
+                let bview = unsafe { MatRef::from_raw(bw.as_ptr(), k, n, ldb as isize, 1) };
+                let views = [
+                    unsafe { MatRef::from_raw(aw.as_ptr(), m, k, lda as isize, 1) },
+                    unsafe { MatRef::from_raw(at.as_ptr(), m, k, 1, m as isize) },
+                ];
+                for t in [1usize, 2] {
+                    threads::set_num_threads(t).unwrap();
+                    for av in views {
+                        let ldc = n + 2;
+                        let sentinel = T::from_f64(777.25);
+                        let mut c = vec![sentinel; (m + 1) * ldc];
+                        gemm_unpacked_with(Kernel::Avx512, av, bview, &mut c, ldc);
+                        for (idx, v) in c.iter().enumerate() {
+                            let (r, col) = (idx / ldc, idx % ldc);
+                            let expect = if r < m && col < n { want[r * n + col] } else { sentinel };
+                            assert_eq!(
+                                v.to_f64().to_bits(),
+                                expect.to_f64().to_bits(),
+                                "{} m={m} k={k} n={n} threads={t} at ({r}, {col})",
+                                T::NAME
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        threads::set_num_threads(before).unwrap();
+    }
+    check::<f32>();
+    check::<f64>();
+}
+
+#[test]
 fn column_chunks_of_a_large_b_match_reference() {
     // Chunks of 64 KiB (8 panels here) and a B of 750 KiB: more than four chunks and more
     // than one row block, so the chunked, chunk-major work order runs.

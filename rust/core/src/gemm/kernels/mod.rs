@@ -25,16 +25,26 @@ pub type KernelFn<T> =
 pub type WideFn<T> =
     unsafe fn(usize, usize, usize, *const T, *const T, usize, usize, *mut T, usize, bool);
 
-/// A micro-kernel and its tile height, and optionally a kernel for few rows and 4 panels.
+/// `(rows, cols, k, a, lda, b, ldb, c, ldc)`: C (rows x cols) = A (rows x k, rows `lda` apart,
+/// unit column stride) times B read in place (`k` rows `ldb` apart); up to [`STREAM_ROWS`] rows.
+pub type StreamFn<T> =
+    unsafe fn(usize, usize, usize, *const T, usize, *const T, usize, *mut T, usize);
+
+/// A micro-kernel and its tile height, and optionally a kernel for few rows and 4 panels and
+/// one for few rows against a B read in place along whole rows.
 #[derive(Clone, Copy)]
 pub struct KernelSpec<T> {
     pub mr: usize,
     pub run: KernelFn<T>,
     pub wide: Option<WideFn<T>>,
+    pub stream: Option<StreamFn<T>>,
 }
 
 /// Rows up to which the wide kernel is used.
 pub const WIDE_ROWS: usize = 3;
+
+/// Rows up to which the stream kernel can be used.
+pub const STREAM_ROWS: usize = 8;
 
 /// Per-type table of the kernels.
 pub trait HasKernels: Element {
@@ -49,17 +59,20 @@ impl HasKernels for f32 {
                 mr: avx512::MR_F32,
                 run: avx512::kernel_f32,
                 wide: Some(avx512::wide_f32),
+                stream: Some(avx512::stream_f32),
             },
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => KernelSpec {
                 mr: avx2::MR_F32,
                 run: avx2::kernel_f32,
                 wide: None,
+                stream: None,
             },
             _ => KernelSpec {
                 mr: portable::MR,
                 run: portable::kernel::<f32>,
                 wide: None,
+                stream: None,
             },
         }
     }
@@ -73,17 +86,20 @@ impl HasKernels for f64 {
                 mr: avx512::MR_F64,
                 run: avx512::kernel_f64,
                 wide: Some(avx512::wide_f64),
+                stream: Some(avx512::stream_f64),
             },
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => KernelSpec {
                 mr: avx2::MR_F64,
                 run: avx2::kernel_f64,
                 wide: None,
+                stream: None,
             },
             _ => KernelSpec {
                 mr: portable::MR,
                 run: portable::kernel::<f64>,
                 wide: None,
+                stream: None,
             },
         }
     }
