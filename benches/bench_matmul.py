@@ -121,7 +121,7 @@ def main():
     ap.add_argument("--reps", type=int, default=None, help="samples per implementation (default 7, quick 3)")
     ap.add_argument("--no-square", action="store_true", help="skip the square 2048 product")
     ap.add_argument("--settle", type=float, default=None,
-                    help="seconds to sleep between implementations when threads > 1 (default 0.05): "
+                    help="seconds to sleep between implementations when threads > 1 (default 0.25): "
                          "lets OpenBLAS's spinning workers go idle before gptcore runs")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -77,7 +77,11 @@ impl<T: Element> PackedB<T> {
     /// with zeros).
     pub fn pack_into(b: MatRef<'_, T>, mut data: Vec<T>) -> PackedB<T> {
         let (k, n) = (b.rows, b.cols);
-        assert_eq!(data.len(), Self::packed_len(k, n), "packed buffer of the wrong length");
+        assert_eq!(
+            data.len(),
+            Self::packed_len(k, n),
+            "packed buffer of the wrong length"
+        );
         let kb = KBlocks::new(k, super::tuning::kc_max::<T>());
         let panels = n.div_ceil(T::NR);
         let npad = panels * T::NR;

@@ -333,7 +333,10 @@ fn packing_b_into_a_used_buffer_matches_fresh_packing() {
         let used = vec![f32::NAN; PackedB::<f32>::packed_len(k, n)];
         let reused = PackedB::pack_into(view, used);
         let (x, y) = (fresh.into_data(), reused.into_data());
-        assert!(x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()), "k={k} n={n}");
+        assert!(
+            x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()),
+            "k={k} n={n}"
+        );
     }
 }
 
@@ -349,7 +352,15 @@ fn stream_kernel_matches_reference() {
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(31);
         let before = threads::num_threads();
-        for (k, n) in [(0usize, 600usize), (1, 1031), (3, 512), (4, 1030), (5, 1111), (383, 1040), (768, 2304)] {
+        for (k, n) in [
+            (0usize, 600usize),
+            (1, 1031),
+            (3, 512),
+            (4, 1030),
+            (5, 1111),
+            (383, 1040),
+            (768, 2304),
+        ] {
             for m in 1..=kernels::STREAM_ROWS {
                 let ldb = n + 7;
                 let mut bw = vec![T::from_f64(f64::NAN); k * ldb];
@@ -362,7 +373,11 @@ fn stream_kernel_matches_reference() {
                 let a: Vec<T> = (0..m * k).map(|x| aw[(x / k) * lda + x % k]).collect();
                 let at: Vec<T> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
                 let mut want = vec![T::ZERO; m * n];
-                gemm_reference(MatRef::from_slice(&a, m, k), MatRef::from_slice(&b, k, n), &mut want);
+                gemm_reference(
+                    MatRef::from_slice(&a, m, k),
+                    MatRef::from_slice(&b, k, n),
+                    &mut want,
+                );
                 let bview = unsafe { MatRef::from_raw(bw.as_ptr(), k, n, ldb as isize, 1) };
                 let views = [
                     unsafe { MatRef::from_raw(aw.as_ptr(), m, k, lda as isize, 1) },
@@ -377,7 +392,11 @@ fn stream_kernel_matches_reference() {
                         gemm_unpacked_with(Kernel::Avx512, av, bview, &mut c, ldc);
                         for (idx, v) in c.iter().enumerate() {
                             let (r, col) = (idx / ldc, idx % ldc);
-                            let expect = if r < m && col < n { want[r * n + col] } else { sentinel };
+                            let expect = if r < m && col < n {
+                                want[r * n + col]
+                            } else {
+                                sentinel
+                            };
                             assert_eq!(
                                 v.to_f64().to_bits(),
                                 expect.to_f64().to_bits(),
