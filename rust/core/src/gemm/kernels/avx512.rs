@@ -16,6 +16,12 @@ const PF_A: usize = 32;
 const PF_WIDE: usize = 8;
 const PF_B: usize = 16;
 
+/// The mask of the first `live` of `lanes` lanes (every lane when `live >= lanes`).
+#[inline(always)]
+fn lane_mask(live: usize, lanes: usize) -> u32 {
+    (1u32 << live.min(lanes)) - 1
+}
+
 macro_rules! avx512_kernel {
     ($entry:ident, $tile:ident, $wide_entry:ident, $wide:ident, $stream_entry:ident, $stream:ident, $T:ty, $MR:expr, $LANES:expr, $prefetch:expr, $mask:ty,
      $zero:ident, $loadu:ident, $maskz_loadu:ident, $mask_storeu:ident, $set1:ident, $fmadd:ident) => {
@@ -30,17 +36,8 @@ macro_rules! avx512_kernel {
             ldc: usize,
             accumulate: bool,
         ) {
-            let m0: $mask = if cols >= $LANES {
-                !0
-            } else {
-                ((1u32 << cols) - 1) as $mask
-            };
-            let c1 = cols.saturating_sub($LANES);
-            let m1: $mask = if c1 >= $LANES {
-                !0
-            } else {
-                ((1u32 << c1) - 1) as $mask
-            };
+            let m0 = lane_mask(cols, $LANES) as $mask;
+            let m1 = lane_mask(cols.saturating_sub($LANES), $LANES) as $mask;
             let mut acc0 = [$zero(); M];
             let mut acc1 = [$zero(); M];
             if accumulate {
@@ -92,17 +89,8 @@ macro_rules! avx512_kernel {
             accumulate: bool,
         ) {
             const NR: usize = 2 * $LANES;
-            let m0: $mask = if cols_last >= $LANES {
-                !0
-            } else {
-                ((1u32 << cols_last) - 1) as $mask
-            };
-            let c1 = cols_last.saturating_sub($LANES);
-            let m1: $mask = if c1 >= $LANES {
-                !0
-            } else {
-                ((1u32 << c1) - 1) as $mask
-            };
+            let m0 = lane_mask(cols_last, $LANES) as $mask;
+            let m1 = lane_mask(cols_last.saturating_sub($LANES), $LANES) as $mask;
             let full: $mask = !0;
             let masks = [full, full, full, full, full, full, m0, m1];
             let mut acc = [[$zero(); 8]; M];
@@ -170,14 +158,7 @@ macro_rules! avx512_kernel {
             ldc: usize,
         ) {
             let nvec = cols.div_ceil($LANES);
-            let mask = |v: usize| -> $mask {
-                let live = cols - v * $LANES;
-                if live >= $LANES {
-                    !0
-                } else {
-                    ((1u32 << live) - 1) as $mask
-                }
-            };
+            let mask = |v: usize| lane_mask(cols - v * $LANES, $LANES) as $mask;
             for i in 0..M {
                 for v in 0..nvec {
                     $mask_storeu(c.add(i * ldc + v * $LANES), mask(v), $zero());
