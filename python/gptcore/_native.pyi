@@ -4,6 +4,8 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from .config import GPTConfig
+
 class PackedMatrix:
     def __init__(self, b: np.ndarray) -> None: ...
     @property
@@ -36,25 +38,10 @@ class PooledBuffer:
     """The base object of a large logits array: owns its memory, which goes back to the model
     (for the next logits) once the array and every view of it are gone."""
 
+def tensor_schema(config: GPTConfig) -> List[Tuple[str, Tuple[int, ...], str]]: ...
+
 class NativeModel:
-    def __init__(
-        self,
-        weights: dict,
-        *,
-        vocab_size: int,
-        n_ctx: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int,
-        sinusoidal: bool,
-        tied: bool,
-        ln_eps: float,
-        attn_bias: bool,
-        mlp_bias: bool,
-        ln_affine: bool,
-        dtype: str,
-    ) -> None: ...
+    def __init__(self, weights: dict, config: GPTConfig, dtype: str) -> None: ...
     def forward(
         self, ids: np.ndarray, logits: str = "all", causal: bool = True, hidden: bool = False
     ) -> Tuple[np.ndarray, Optional[np.ndarray]]: ...

@@ -108,22 +108,7 @@ class Model:
         self._config = config
         self._dtype = name
         self._branch_scale = float(branch_scale)
-        self._native = _native.NativeModel(
-            native_weights,
-            vocab_size=config.vocab_size,
-            n_ctx=config.n_ctx,
-            d_model=config.d_model,
-            n_heads=config.n_heads,
-            n_layers=config.n_layers,
-            d_ff=config.d_ff,
-            sinusoidal=config.pos == "sinusoidal",
-            tied=config.tied,
-            ln_eps=config.ln_eps,
-            attn_bias=config.attn_bias,
-            mlp_bias=config.bias,
-            ln_affine=config.ln_affine,
-            dtype=name,
-        )
+        self._native = _native.NativeModel(native_weights, config, name)
 
     @property
     def config(self) -> GPTConfig:

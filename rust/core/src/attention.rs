@@ -11,86 +11,83 @@
 //! rows and of how many positions follow it, so a one-row decode step reproduces the full
 //! forward's bits.
 
-use crate::gemm::kernels::{HasKernels, KernelSpec};
 use crate::gemm::pack::{pack_a, KBlocks};
 use crate::gemm::MatRef;
+use crate::kernels::{GemmKernels, HasKernels, Kernel};
 use crate::kv_cache::{HeadKv, KB};
 use crate::ops::Transcendental;
 
-/// Attention for query positions `q0 .. q0 + nq` (all inside one key block) of one head.
-///
-/// `q` holds the nq query rows (`dh` values each, row stride `ldq`); the result rows are
-/// written to `out` (row stride `ldo`). Keys `0 ..= q0 + i` are visited for row i when
-/// `causal`, else all `kv.len` keys.
-///
-/// # Safety
-/// `q` and `out` address `nq` rows of `dh` values with the given strides.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn attend_block<T: HasKernels + Transcendental>(
-    spec: KernelSpec<T>,
-    kv: &HeadKv<T>,
-    q: *const T,
-    ldq: usize,
-    q0: usize,
-    nq: usize,
-    out: *mut T,
-    ldo: usize,
-    causal: bool,
-    scratch: &mut Scratch<T>,
-) {
-    // The element-wise loops (zeroing, rescaling, packing) vectorise in the wider copy; the
-    // arithmetic is the same in every copy (no fused operations are introduced).
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return attend_block_avx512(spec, kv, q, ldq, q0, nq, out, ldo, causal, scratch);
-        }
-    }
-    attend_block_impl(spec, kv, q, ldq, q0, nq, out, ldo, causal, scratch)
+/// A block of query rows of one head and where their results go.
+#[derive(Clone, Copy)]
+pub struct QueryBlock<T> {
+    /// The first query row (`dh` values; rows `ldq` apart).
+    pub q: *const T,
+    pub ldq: usize,
+    /// Position of the first row, and the number of rows (all inside one key block).
+    pub q0: usize,
+    pub nq: usize,
+    /// The first output row (rows `ldo` apart).
+    pub out: *mut T,
+    pub ldo: usize,
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_block_avx512<T: HasKernels + Transcendental>(
-    spec: KernelSpec<T>,
-    kv: &HeadKv<T>,
-    q: *const T,
-    ldq: usize,
+/// Which keys a query row sees.
+#[derive(Clone, Copy)]
+struct Visible {
+    causal: bool,
     q0: usize,
-    nq: usize,
-    out: *mut T,
-    ldo: usize,
+}
+
+impl Visible {
+    /// How many of the `nkeys` keys from `k0` on query row `i` sees: those up to its own
+    /// position when causal, else all.
+    #[inline(always)]
+    fn keys(self, i: usize, k0: usize, nkeys: usize) -> usize {
+        if self.causal {
+            (self.q0 + i + 1).saturating_sub(k0).min(nkeys)
+        } else {
+            nkeys
+        }
+    }
+}
+
+/// Attention for the query rows of `blk` against the keys and values of `kv`: keys
+/// `0 ..= q0 + i` for row i when `causal`, else all `kv.len` keys.
+///
+/// # Safety
+/// `blk.q` and `blk.out` address `blk.nq` rows of `dh` values with their strides.
+pub unsafe fn attend_block<T: HasKernels + Transcendental>(
+    kernel: Kernel,
+    kv: &HeadKv<T>,
+    blk: &QueryBlock<T>,
     causal: bool,
     scratch: &mut Scratch<T>,
 ) {
-    attend_block_impl(spec, kv, q, ldq, q0, nq, out, ldo, causal, scratch)
+    // The element-wise loops (zeroing, rescaling, packing) run compiled for the family.
+    let kernels = T::gemm_kernels(kernel);
+    kernel.vectorized(
+        #[inline(always)]
+        || attend(&kernels, kv, blk, causal, scratch),
+    )
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
-    spec: KernelSpec<T>,
+unsafe fn attend<T: HasKernels + Transcendental>(
+    kernels: &GemmKernels<T>,
     kv: &HeadKv<T>,
-    q: *const T,
-    ldq: usize,
-    q0: usize,
-    nq: usize,
-    out: *mut T,
-    ldo: usize,
+    blk: &QueryBlock<T>,
     causal: bool,
     scratch: &mut Scratch<T>,
 ) {
-    let dh = kv.dh;
-    let nr = T::NR;
-    let scale = T::ONE / T::from_f64(dh as f64).sqrt();
-    let last = if causal { q0 + nq - 1 } else { kv.len - 1 };
+    let (dh, nq) = (kv.dh, blk.nq);
+    let vis = Visible { causal, q0: blk.q0 };
+    let last = if causal { blk.q0 + nq - 1 } else { kv.len - 1 };
     debug_assert!(last < kv.len);
     // Pack the query rows once: they are the A operand of every score tile.
-    let qview = MatRef::from_raw(q, nq, dh, ldq as isize, 1);
+    let qview = MatRef::from_raw(blk.q, nq, dh, blk.ldq as isize, 1);
     pack_a(
         qview,
-        spec.mr,
+        kernels,
         KBlocks::new(dh, dh.max(1)),
         &mut scratch.qpack,
     );
@@ -102,26 +99,47 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
     scratch.l.resize(nq, T::ZERO);
     for i in 0..nq {
         for c in 0..dh {
-            *out.add(i * ldo + c) = T::ZERO;
+            *blk.out.add(i * blk.ldo + c) = T::ZERO;
         }
     }
-    let mr = spec.mr;
+    let scale = T::ONE / T::from_f64(dh as f64).sqrt();
     for kb in 0..=last / KB {
         let k0 = kb * KB;
         let nkeys = KB.min(last + 1 - k0);
-        // S = Q K^T for this key block, tile by tile; a tile whose keys all lie after every
-        // query of its rows is skipped (those scores are masked and never read).
-        let mut j = 0;
-        while j < nkeys {
-            let cols = nr.min(nkeys - j);
-            let mut i = 0;
-            while i < nq {
-                let rows = mr.min(nq - i);
-                if causal && k0 + j > q0 + i + rows - 1 {
-                    i += rows;
-                    continue;
-                }
-                (spec.run)(
+        scores(kernels, kv, blk, vis, k0, nkeys, scratch);
+        softmax_update(blk, vis, k0, nkeys, scale, dh, scratch);
+        add_pv(kernels, kv, blk, vis, kb, nkeys, scratch);
+    }
+    for i in 0..nq {
+        let l = scratch.l[i];
+        for c in 0..dh {
+            let o = blk.out.add(i * blk.ldo + c);
+            *o = *o / l;
+        }
+    }
+}
+
+/// `S = Q K^T` for the `nkeys` keys from `k0`, tile by tile into `scratch.s` (row stride KB); a
+/// tile whose keys no row of it sees is skipped (those scores are masked and never read).
+#[inline(always)]
+unsafe fn scores<T: HasKernels + Transcendental>(
+    kernels: &GemmKernels<T>,
+    kv: &HeadKv<T>,
+    blk: &QueryBlock<T>,
+    vis: Visible,
+    k0: usize,
+    nkeys: usize,
+    scratch: &mut Scratch<T>,
+) {
+    let (mr, nr, dh, nq) = (kernels.mr, T::NR, kv.dh, blk.nq);
+    let mut j = 0;
+    while j < nkeys {
+        let cols = nr.min(nkeys - j);
+        let mut i = 0;
+        while i < nq {
+            let rows = mr.min(nq - i);
+            if vis.keys(i + rows - 1, k0 + j, nkeys - j) > 0 {
+                (kernels.tile)(
                     rows,
                     cols,
                     dh,
@@ -132,97 +150,106 @@ unsafe fn attend_block_impl<T: HasKernels + Transcendental>(
                     KB,
                     false,
                 );
-                i += rows;
             }
-            j += cols;
+            i += rows;
         }
-        // Online softmax update, row by row.
-        for i in 0..nq {
-            let valid = if causal {
-                (q0 + i + 1).saturating_sub(k0).min(nkeys)
-            } else {
-                nkeys
-            };
-            let row = &mut scratch.s[i * KB..i * KB + nkeys];
-            let m_old = scratch.m[i];
-            let (mx, sum) = T::softmax_step(row, valid, scale, m_old);
-            if valid > 0 && mx != m_old {
-                let mut c = [m_old - mx];
-                T::exp_inplace(&mut c);
-                let c = c[0];
-                scratch.l[i] = scratch.l[i] * c + sum;
-                let orow = std::slice::from_raw_parts_mut(out.add(i * ldo), dh);
-                for o in orow.iter_mut() {
-                    *o = *o * c;
-                }
-                scratch.m[i] = mx;
-            } else {
-                scratch.l[i] = scratch.l[i] + sum;
+        j += cols;
+    }
+}
+
+/// The online-softmax update, row by row: the scores of the key block become `p = exp(S - m')`
+/// (0 where masked), the running sum becomes `l c + sum p` and the output row is scaled by
+/// `c = exp(m - m')`.
+#[inline(always)]
+unsafe fn softmax_update<T: HasKernels + Transcendental>(
+    blk: &QueryBlock<T>,
+    vis: Visible,
+    k0: usize,
+    nkeys: usize,
+    scale: T,
+    dh: usize,
+    scratch: &mut Scratch<T>,
+) {
+    for i in 0..blk.nq {
+        let valid = vis.keys(i, k0, nkeys);
+        let row = &mut scratch.s[i * KB..i * KB + nkeys];
+        let m_old = scratch.m[i];
+        let (mx, sum) = T::softmax_step(row, valid, scale, m_old);
+        if valid > 0 && mx != m_old {
+            let mut c = [m_old - mx];
+            T::exp_inplace(&mut c);
+            let c = c[0];
+            scratch.l[i] = scratch.l[i] * c + sum;
+            let orow = std::slice::from_raw_parts_mut(blk.out.add(i * blk.ldo), dh);
+            for o in orow.iter_mut() {
+                *o = *o * c;
             }
-        }
-        // O += P V for this key block. Each row's chain runs over exactly its own visible keys:
-        // a group of rows goes through the kernel up to the first row's last visible key, and
-        // the rows that see further continue their chains one key at a time (the same fused
-        // operations in the same order), so masked positions are never touched (a NaN there
-        // cannot leak backwards).
-        pack_a(
-            MatRef::from_slice(&scratch.s, nq, KB).cols_range(nkeys),
-            mr,
-            KBlocks::new(nkeys, nkeys),
-            &mut scratch.ppack,
-        );
-        let valid = |i: usize| {
-            if causal {
-                (q0 + i + 1).saturating_sub(k0).min(nkeys)
-            } else {
-                nkeys
-            }
-        };
-        let mut c0 = 0;
-        let mut jp = 0;
-        while c0 < dh {
-            let cols = nr.min(dh - c0);
-            let vpanel = kv.v_panel(kb, jp);
-            let mut i = 0;
-            while i < nq {
-                let rows = mr.min(nq - i);
-                let kc = valid(i);
-                if kc > 0 {
-                    (spec.run)(
-                        rows,
-                        cols,
-                        kc,
-                        scratch.ppack.as_ptr().add(i * nkeys),
-                        vpanel,
-                        nr,
-                        out.add(i * ldo + c0),
-                        ldo,
-                        true,
-                    );
-                }
-                for r in 1..rows {
-                    for key in kc..valid(i + r) {
-                        let p = scratch.s[(i + r) * KB + key];
-                        let vrow = std::slice::from_raw_parts(vpanel.add(key * nr), cols);
-                        let orow =
-                            std::slice::from_raw_parts_mut(out.add((i + r) * ldo + c0), cols);
-                        for (o, &v) in orow.iter_mut().zip(vrow) {
-                            *o = p.mul_add(v, *o);
-                        }
-                    }
-                }
-                i += rows;
-            }
-            c0 += cols;
-            jp += 1;
+            scratch.m[i] = mx;
+        } else {
+            scratch.l[i] = scratch.l[i] + sum;
         }
     }
-    for i in 0..nq {
-        let l = scratch.l[i];
-        for c in 0..dh {
-            let o = out.add(i * ldo + c);
-            *o = *o / l;
+}
+
+/// `O += P V` for key block `kb`. Each row's chain runs over exactly its own visible keys: a
+/// group of rows goes through the kernel up to the first row's last visible key, and the rows
+/// that see further continue their chains one key at a time (the same fused operations in the
+/// same order), so masked positions are never touched (a NaN there cannot leak backwards).
+#[inline(always)]
+unsafe fn add_pv<T: HasKernels + Transcendental>(
+    kernels: &GemmKernels<T>,
+    kv: &HeadKv<T>,
+    blk: &QueryBlock<T>,
+    vis: Visible,
+    kb: usize,
+    nkeys: usize,
+    scratch: &mut Scratch<T>,
+) {
+    let (mr, nr, dh, nq) = (kernels.mr, T::NR, kv.dh, blk.nq);
+    let k0 = kb * KB;
+    pack_a(
+        MatRef::from_slice(&scratch.s, nq, KB).cols_range(nkeys),
+        kernels,
+        KBlocks::new(nkeys, nkeys),
+        &mut scratch.ppack,
+    );
+    let mut c0 = 0;
+    let mut jp = 0;
+    while c0 < dh {
+        let cols = nr.min(dh - c0);
+        let vpanel = kv.v_panel(kb, jp);
+        let mut i = 0;
+        while i < nq {
+            let rows = mr.min(nq - i);
+            let kc = vis.keys(i, k0, nkeys);
+            if kc > 0 {
+                (kernels.tile)(
+                    rows,
+                    cols,
+                    kc,
+                    scratch.ppack.as_ptr().add(i * nkeys),
+                    vpanel,
+                    nr,
+                    blk.out.add(i * blk.ldo + c0),
+                    blk.ldo,
+                    true,
+                );
+            }
+            for r in 1..rows {
+                for key in kc..vis.keys(i + r, k0, nkeys) {
+                    let p = scratch.s[(i + r) * KB + key];
+                    let vrow = std::slice::from_raw_parts(vpanel.add(key * nr), cols);
+                    let orow =
+                        std::slice::from_raw_parts_mut(blk.out.add((i + r) * blk.ldo + c0), cols);
+                    for (o, &v) in orow.iter_mut().zip(vrow) {
+                        *o = p.mul_add(v, *o);
+                    }
+                }
+            }
+            i += rows;
         }
+        c0 += cols;
+        jp += 1;
     }
 }
 

@@ -12,9 +12,11 @@ pub mod decoder;
 pub mod element;
 pub mod error;
 pub mod gemm;
+pub mod kernels;
 pub mod kv_cache;
 pub mod memory;
 pub mod ops;
+pub mod profile;
 pub mod rng;
 pub mod threads;
 

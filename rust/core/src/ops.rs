@@ -5,8 +5,8 @@
 //! result never depends on the other rows, on the thread count or on the CPU's vector width.
 //! float64 uses the C library's `exp` and `tanh` (the lesson's arithmetic); float32 uses
 //! polynomial `exp`/`tanh` built only from multiplies and adds (never fused), written so that
-//! the compiler vectorises them; AVX-512 and AVX2 copies are selected at run time and give the
-//! same bits as the portable copy.
+//! the compiler vectorises them; they run compiled for the active kernel family
+//! ([`crate::kernels::Kernel::vectorized`]) and give the same bits in every family.
 
 use crate::Element;
 
@@ -229,56 +229,45 @@ fn moments_generic(x: &[f32]) -> (f32, f32) {
     (sum, sq)
 }
 
-/// Defines `fn $name(args) -> ret` running `$generic` compiled for AVX-512, for AVX2, or for the
-/// baseline target, chosen at run time. Only the instructions differ between the copies: the
-/// operations and their order are the same (no fused operations are introduced), so the bits are.
-macro_rules! multiversion {
-    (fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $generic:ident) => {
-        fn $name($($arg: $ty),*) -> $ret {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                unsafe fn wide($($arg: $ty),*) -> $ret {
-                    $generic($($arg),*)
-                }
-                #[target_feature(enable = "avx2")]
-                unsafe fn narrow($($arg: $ty),*) -> $ret {
-                    $generic($($arg),*)
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    return unsafe { wide($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    return unsafe { narrow($($arg),*) };
-                }
-            }
-            $generic($($arg),*)
-        }
-    };
+/// Runs `f` compiled for the active kernel family's vector instructions (the operations and
+/// their order are the same in every family, no fused operations are introduced: so are the
+/// bits).
+#[inline(always)]
+fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+    crate::kernels::current().vectorized(f)
 }
-
-multiversion!(fn exp_slice(x: &mut [f32]) -> () => exp_slice_generic);
-multiversion!(fn gelu_slice(x: &mut [f32]) -> () => gelu_slice_generic);
-multiversion!(fn gelu_rows_f32(ptr: *mut f32, rows: usize, cols: usize, ld: usize) -> () => gelu_rows_generic);
-multiversion!(fn softmax_step_f32(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) => softmax_step_generic);
-multiversion!(fn moments_f32(x: &[f32]) -> (f32, f32) => moments_generic);
 
 /// float32 sums run in 16 lanes (a fixed order, so still deterministic and row-local).
 impl Transcendental for f32 {
     fn softmax_step(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
-        softmax_step_f32(row, valid, scale, m_old)
+        vectorized(
+            #[inline(always)]
+            || softmax_step_generic(row, valid, scale, m_old),
+        )
     }
     fn moments(x: &[f32]) -> (f32, f32) {
-        moments_f32(x)
+        vectorized(
+            #[inline(always)]
+            || moments_generic(x),
+        )
     }
     fn exp_inplace(x: &mut [f32]) {
-        exp_slice(x)
+        vectorized(
+            #[inline(always)]
+            || exp_slice_generic(x),
+        )
     }
     fn gelu_inplace(x: &mut [f32]) {
-        gelu_slice(x)
+        vectorized(
+            #[inline(always)]
+            || gelu_slice_generic(x),
+        )
     }
     unsafe fn gelu_rows(ptr: *mut f32, rows: usize, cols: usize, ld: usize) {
-        gelu_rows_f32(ptr, rows, cols, ld)
+        vectorized(
+            #[inline(always)]
+            || gelu_rows_generic(ptr, rows, cols, ld),
+        )
     }
 }
 

@@ -1,7 +1,7 @@
 //! `matmul`, `PackedMatrix`, kernel selection and thread count.
 
 use crate::convert::{detach, to_py_err, view2};
-use gptcore_core::gemm::{self, Kernel, MatRef, PackedB};
+use gptcore_core::gemm::{self, Kernel, Options, PackedB, Rhs};
 use gptcore_core::threads;
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -73,15 +73,6 @@ impl PackedMatrix {
     }
 }
 
-/// The right-hand side of a product.
-enum Rhs<'a, T: gptcore_core::Element> {
-    Packed(&'a PackedB<T>),
-    /// Read in place (unit column stride, positive row stride).
-    InPlace(MatRef<'a, T>),
-    /// Packed for this product only.
-    PackHere(MatRef<'a, T>),
-}
-
 /// Products with at most this many rows read an unpacked `b` in place; more rows pack it
 /// first, into memory kept from earlier calls (packing reads and writes `b` once more, which
 /// more rows repay by reusing the packed panels from the cache). Measured here (768 x 2304,
@@ -98,10 +89,7 @@ fn product<'py, T: gemm::GemmElement + numpy::Element>(
     forced: Option<Kernel>,
 ) -> PyResult<Bound<'py, PyArray2<T>>> {
     let (m, k) = (a.shape()[0], a.shape()[1]);
-    let (bk, n) = match &b {
-        Rhs::Packed(p) => (p.rows(), p.cols()),
-        Rhs::InPlace(v) | Rhs::PackHere(v) => (v.rows, v.cols),
-    };
+    let (bk, n) = b.shape();
     if k != bk {
         return Err(PyValueError::new_err(format!(
             "matmul: shapes ({m}, {k}) and ({bk}, {n}) are not aligned: a has {k} columns, b has {bk} rows"
@@ -113,13 +101,8 @@ fn product<'py, T: gemm::GemmElement + numpy::Element>(
         .checked_mul(n)
         .ok_or_else(|| pyo3::exceptions::PyMemoryError::new_err("matmul: output size overflows"))?;
     let mut c = gptcore_core::memory::try_zeroed::<T>(len, "matmul output").map_err(to_py_err)?;
-    let kern = forced.unwrap_or_else(gemm::current_kernel);
-    detach(py, || match b {
-        Rhs::Packed(p) => Ok(gemm::gemm_with(kern, av, p, &mut c, n)),
-        Rhs::InPlace(v) => Ok(gemm::gemm_unpacked_with(kern, av, v, &mut c, n)),
-        Rhs::PackHere(v) => gemm::try_gemm_packing_b(kern, av, v, &mut c, n),
-    })?
-    .map_err(to_py_err)?;
+    let opts = Options::with_kernel(forced.unwrap_or_else(gemm::current_kernel));
+    detach(py, || gemm::gemm(av, b, &mut c, n, &opts))?.map_err(to_py_err)?;
     PyArray1::from_vec(py, c).reshape([m, n])
 }
 
@@ -280,14 +263,14 @@ fn get_num_threads() -> usize {
 /// Block sizes of every kernel: a list of (dtype, kernel, MR, NR, KC_MAX, MC) tuples.
 #[pyfunction]
 fn block_sizes() -> Vec<(&'static str, &'static str, usize, usize, usize, usize)> {
-    use gemm::kernels::HasKernels;
+    use gptcore_core::kernels::HasKernels;
     use gptcore_core::Element;
     let mut out = vec![];
     for k in Kernel::ALL {
         out.push((
             "float32",
             k.name(),
-            f32::spec(k).mr,
+            f32::gemm_kernels(k).mr,
             f32::NR,
             f32::KC_MAX,
             gemm::MC,
@@ -295,7 +278,7 @@ fn block_sizes() -> Vec<(&'static str, &'static str, usize, usize, usize, usize)
         out.push((
             "float64",
             k.name(),
-            f64::spec(k).mr,
+            f64::gemm_kernels(k).mr,
             f64::NR,
             f64::KC_MAX,
             gemm::MC,

@@ -7,7 +7,7 @@
 
 use crate::convert::{detach, to_py_err};
 use crate::pooled::{into_array, Poolable};
-use gptcore_core::decoder::{Config, Float, Logits, Model, Tensor};
+use gptcore_core::decoder::{Config, Float, Logits, Model, Request, Tensor};
 use gptcore_core::kv_cache::KvCache;
 use gptcore_core::Error;
 use numpy::{
@@ -92,13 +92,43 @@ impl NativeCache {
     }
 }
 
+/// The core's [`Config`] read from a `gptcore.GPTConfig` (one object crosses the boundary).
+/// Python's `bias` switches the MLP biases (`attn_bias` the attention ones, already resolved
+/// by `GPTConfig`), and `pos` is "learned" or "sinusoidal".
+fn config_from_py(c: &Bound<'_, PyAny>) -> PyResult<Config> {
+    let pos: String = c.getattr("pos")?.extract()?;
+    Ok(Config {
+        vocab_size: c.getattr("vocab_size")?.extract()?,
+        n_ctx: c.getattr("n_ctx")?.extract()?,
+        d_model: c.getattr("d_model")?.extract()?,
+        n_heads: c.getattr("n_heads")?.extract()?,
+        n_layers: c.getattr("n_layers")?.extract()?,
+        d_ff: c.getattr("d_ff")?.extract()?,
+        sinusoidal: pos == "sinusoidal",
+        tied: c.getattr("tied")?.extract()?,
+        ln_eps: c.getattr("ln_eps")?.extract()?,
+        attn_bias: c.getattr("attn_bias")?.extract()?,
+        mlp_bias: c.getattr("bias")?.extract()?,
+        ln_affine: c.getattr("ln_affine")?.extract()?,
+    })
+}
+
+/// The tensor schema of a `GPTConfig`: `[(name, shape, kind), ...]` in canonical order.
+#[pyfunction]
+pub fn tensor_schema(
+    config: &Bound<'_, PyAny>,
+) -> PyResult<Vec<(String, Vec<usize>, &'static str)>> {
+    let cfg = config_from_py(config)?;
+    Ok(gptcore_core::decoder::schema(&cfg)
+        .into_iter()
+        .map(|t| (t.name, t.shape, t.kind))
+        .collect())
+}
+
 fn build<T: Float + numpy::Element>(
     py: Python<'_>,
     cfg: Config,
     weights: &Bound<'_, PyDict>,
-    attn_bias: bool,
-    mlp_bias: bool,
-    ln_affine: bool,
 ) -> PyResult<Model<T>> {
     let mut arrays: Vec<(String, PyReadonlyArrayDyn<'_, T>)> = Vec::new();
     for (k, v) in weights.iter() {
@@ -126,7 +156,7 @@ fn build<T: Float + numpy::Element>(
             },
         );
     }
-    detach(py, || Model::new(cfg, &map, attn_bias, mlp_bias, ln_affine))?.map_err(to_py_err)
+    detach(py, || Model::new(cfg, &map))?.map_err(to_py_err)
 }
 
 /// Stop between layers when Python has a pending signal (Ctrl-C).
@@ -148,19 +178,17 @@ fn run_checked<T: Float, R: Send>(
     out.map_err(to_py_err)
 }
 
-fn ids_u32(ids: &PyReadonlyArray2<'_, i64>, vocab: usize) -> PyResult<(Vec<u32>, usize, usize)> {
+/// The ids as the core takes them. Their range is checked by the Python layer (which names
+/// the argument) and, for memory safety, by the core: a value that does not fit in u32 becomes
+/// u32::MAX, which the core rejects as out of range.
+fn ids_u32(ids: &PyReadonlyArray2<'_, i64>) -> (Vec<u32>, usize, usize) {
     let (b, t) = (ids.shape()[0], ids.shape()[1]);
-    let v = ids.as_array();
-    let mut out = Vec::with_capacity(b * t);
-    for &x in v.iter() {
-        if x < 0 || x as u64 >= vocab as u64 {
-            return Err(PyValueError::new_err(format!(
-                "ids: token id {x} is out of range [0, {vocab})"
-            )));
-        }
-        out.push(x as u32);
-    }
-    Ok((out, b, t))
+    let out = ids
+        .as_array()
+        .iter()
+        .map(|&x| u32::try_from(x).unwrap_or(u32::MAX))
+        .collect();
+    (out, b, t)
 }
 
 fn parse_logits(s: &str) -> PyResult<Logits> {
@@ -187,9 +215,15 @@ fn run_model<'py, T: Float + Poolable>(
     causal: bool,
     hidden: bool,
 ) -> PyResult<RunResult<'py>> {
-    let out = run_checked::<T, _>(py, |check| {
-        m.run(ids, b, t, cache, mode, causal, hidden, check)
-    })?;
+    let req = Request {
+        ids,
+        batch: b,
+        t_new: t,
+        logits: mode,
+        causal,
+        want_hidden: hidden,
+    };
+    let out = run_checked::<T, _>(py, |check| m.run(&req, cache, check))?;
     let v = m.cfg.vocab_size;
     let rows = out.logits.len() / v.max(1);
     let logits = into_array(py, out.logits, m.outputs())?
@@ -209,39 +243,17 @@ fn run_model<'py, T: Float + Poolable>(
 #[pymethods]
 impl NativeModel {
     #[new]
-    #[pyo3(signature = (weights, *, vocab_size, n_ctx, d_model, n_heads, n_layers, d_ff, sinusoidal, tied, ln_eps, attn_bias, mlp_bias, ln_affine, dtype))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (weights, config, dtype))]
     fn new(
         py: Python<'_>,
         weights: &Bound<'_, PyDict>,
-        vocab_size: usize,
-        n_ctx: usize,
-        d_model: usize,
-        n_heads: usize,
-        n_layers: usize,
-        d_ff: usize,
-        sinusoidal: bool,
-        tied: bool,
-        ln_eps: f64,
-        attn_bias: bool,
-        mlp_bias: bool,
-        ln_affine: bool,
+        config: &Bound<'_, PyAny>,
         dtype: &str,
     ) -> PyResult<Self> {
-        let cfg = Config {
-            vocab_size,
-            n_ctx,
-            d_model,
-            n_heads,
-            n_layers,
-            d_ff,
-            sinusoidal,
-            tied,
-            ln_eps,
-        };
+        let cfg = config_from_py(config)?;
         let inner = match dtype {
-            "float32" => AnyModel::F32(build(py, cfg, weights, attn_bias, mlp_bias, ln_affine)?),
-            "float64" => AnyModel::F64(build(py, cfg, weights, attn_bias, mlp_bias, ln_affine)?),
+            "float32" => AnyModel::F32(build(py, cfg, weights)?),
+            "float64" => AnyModel::F64(build(py, cfg, weights)?),
             _ => {
                 return Err(PyValueError::new_err(format!(
                     "dtype must be 'float32' or 'float64', got {dtype:?}"
@@ -267,11 +279,11 @@ impl NativeModel {
         let mode = parse_logits(logits)?;
         match &self.inner {
             AnyModel::F32(m) => {
-                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
+                let (v, b, t) = ids_u32(&ids);
                 run_model(py, m, &v, b, t, None, mode, causal, hidden)
             }
             AnyModel::F64(m) => {
-                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
+                let (v, b, t) = ids_u32(&ids);
                 run_model(py, m, &v, b, t, None, mode, causal, hidden)
             }
         }
@@ -324,11 +336,11 @@ impl NativeModel {
             .map_err(|_| PyValueError::new_err("cache is in use by another thread"))?;
         let out = match (&self.inner, &mut *guard) {
             (AnyModel::F32(m), AnyCache::F32(c)) => {
-                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
+                let (v, b, t) = ids_u32(&ids);
                 run_model(py, m, &v, b, t, Some(c), mode, true, false)?
             }
             (AnyModel::F64(m), AnyCache::F64(c)) => {
-                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
+                let (v, b, t) = ids_u32(&ids);
                 run_model(py, m, &v, b, t, Some(c), mode, true, false)?
             }
             _ => {
@@ -358,13 +370,13 @@ impl NativeModel {
         }
         let out = match &self.inner {
             AnyModel::F32(m) => {
-                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
-                let (tg, _, _) = ids_u32(&targets, m.cfg.vocab_size)?;
+                let (v, b, t) = ids_u32(&ids);
+                let (tg, _, _) = ids_u32(&targets);
                 run_checked::<f32, _>(py, |check| m.token_logprobs(&v, b, t, &tg, chunk, check))?
             }
             AnyModel::F64(m) => {
-                let (v, b, t) = ids_u32(&ids, m.cfg.vocab_size)?;
-                let (tg, _, _) = ids_u32(&targets, m.cfg.vocab_size)?;
+                let (v, b, t) = ids_u32(&ids);
+                let (tg, _, _) = ids_u32(&targets);
                 run_checked::<f64, _>(py, |check| m.token_logprobs(&v, b, t, &tg, chunk, check))?
             }
         };
@@ -407,6 +419,7 @@ impl NativeModel {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(tensor_schema, m)?)?;
     m.add_class::<NativeModel>()?;
     m.add_class::<NativeCache>()?;
     Ok(())

@@ -3,34 +3,16 @@ use rand::{Rng, SeedableRng};
 
 fn random_model<T: Float>(cfg: &Config, bias: bool, affine: bool, seed: u64) -> Model<T> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let (d, v, f) = (cfg.d_model, cfg.vocab_size, cfg.d_ff);
-    let mut shapes: Vec<(String, Vec<usize>)> = vec![("wte.weight".into(), vec![v, d])];
-    if !cfg.sinusoidal {
-        shapes.push(("wpe.weight".into(), vec![cfg.n_ctx, d]));
-    }
-    for i in 0..cfg.n_layers {
-        for (n, s) in [
-            ("ln_1.weight", vec![d]),
-            ("ln_1.bias", vec![d]),
-            ("attn.c_attn.weight", vec![d, 3 * d]),
-            ("attn.c_attn.bias", vec![3 * d]),
-            ("attn.c_proj.weight", vec![d, d]),
-            ("attn.c_proj.bias", vec![d]),
-            ("ln_2.weight", vec![d]),
-            ("ln_2.bias", vec![d]),
-            ("mlp.c_fc.weight", vec![d, f]),
-            ("mlp.c_fc.bias", vec![f]),
-            ("mlp.c_proj.weight", vec![f, d]),
-            ("mlp.c_proj.bias", vec![d]),
-        ] {
-            shapes.push((format!("h.{i}.{n}"), s));
-        }
-    }
-    shapes.push(("ln_f.weight".into(), vec![d]));
-    shapes.push(("ln_f.bias".into(), vec![d]));
-    if !cfg.tied {
-        shapes.push(("lm_head.weight".into(), vec![v, d]));
-    }
+    let cfg = Config {
+        attn_bias: bias,
+        mlp_bias: bias,
+        ln_affine: affine,
+        ..cfg.clone()
+    };
+    let shapes: Vec<(String, Vec<usize>)> = schema(&cfg)
+        .into_iter()
+        .map(|t| (t.name, t.shape))
+        .collect();
     let data: Vec<(String, Vec<usize>, Vec<T>)> = shapes
         .into_iter()
         .map(|(n, s)| {
@@ -64,7 +46,7 @@ fn random_model<T: Float>(cfg: &Config, bias: bool, affine: bool, seed: u64) -> 
             )
         })
         .collect();
-    Model::new(cfg.clone(), &map, bias, bias, affine).unwrap()
+    Model::new(cfg, &map).unwrap()
 }
 
 fn cfg(sinusoidal: bool, tied: bool) -> Config {
@@ -78,7 +60,28 @@ fn cfg(sinusoidal: bool, tied: bool) -> Config {
         sinusoidal,
         tied,
         ln_eps: 1e-5,
+        attn_bias: true,
+        mlp_bias: true,
+        ln_affine: true,
     }
+}
+
+fn run<T: Float>(
+    m: &Model<T>,
+    ids: &[u32],
+    batch: usize,
+    cache: Option<&mut KvCache<T>>,
+    logits: Logits,
+) -> Result<RunOutput<T>> {
+    let req = Request {
+        ids,
+        batch,
+        t_new: ids.len() / batch,
+        logits,
+        causal: true,
+        want_hidden: false,
+    };
+    m.run(&req, cache, &ok)
 }
 
 fn ok() -> Result<()> {
@@ -86,18 +89,7 @@ fn ok() -> Result<()> {
 }
 
 fn forward<T: Float>(m: &Model<T>, ids: &[u32], batch: usize) -> Vec<T> {
-    m.run(
-        ids,
-        batch,
-        ids.len() / batch,
-        None,
-        Logits::All,
-        true,
-        false,
-        &ok,
-    )
-    .unwrap()
-    .logits
+    run(m, ids, batch, None, Logits::All).unwrap().logits
 }
 
 fn bits<T: Float>(v: &[T]) -> Vec<u64> {
@@ -116,32 +108,12 @@ fn decode_matches_forward<T: Float>() {
     let v = c.vocab_size;
     // Prefill 5 positions, then decode one at a time.
     let mut cache = m.new_cache(1);
-    let pre = m
-        .run(
-            &ids[..5],
-            1,
-            5,
-            Some(&mut cache),
-            Logits::All,
-            true,
-            false,
-            &ok,
-        )
+    let pre = run(&m, &ids[..5], 1, Some(&mut cache), Logits::All)
         .unwrap()
         .logits;
     assert_eq!(bits(&pre), bits(&full[..5 * v]));
     for p in 5..t {
-        let step = m
-            .run(
-                &ids[p..p + 1],
-                1,
-                1,
-                Some(&mut cache),
-                Logits::Last,
-                true,
-                false,
-                &ok,
-            )
+        let step = run(&m, &ids[p..p + 1], 1, Some(&mut cache), Logits::Last)
             .unwrap()
             .logits;
         assert_eq!(bits(&step), bits(&full[p * v..(p + 1) * v]), "position {p}");
@@ -196,13 +168,9 @@ fn batch_equals_rows_and_threads_do_not_matter() {
 fn bad_ids_and_lengths_are_errors() {
     let c = cfg(false, true);
     let m = random_model::<f64>(&c, true, true, 5);
-    assert!(m
-        .run(&[1, 97], 1, 2, None, Logits::All, true, false, &ok)
-        .is_err());
+    assert!(run(&m, &[1, 97], 1, None, Logits::All).is_err());
     let long: Vec<u32> = vec![1; 201];
-    assert!(m
-        .run(&long, 1, 201, None, Logits::All, true, false, &ok)
-        .is_err());
+    assert!(run(&m, &long, 1, None, Logits::All).is_err());
 }
 
 #[test]
@@ -221,7 +189,7 @@ fn kept_work_buffers_do_not_change_results() {
     let want_long = forward(&fresh, &long, 2);
     assert_eq!(bits(&forward(&m, &long, 2)), bits(&want_long));
     {
-        let mut pool = m.workspaces.lock().unwrap();
+        let mut pool = m.workspaces.0.lock().unwrap();
         assert!(!pool.is_empty(), "a finished pass keeps its buffers");
         for ws in pool.iter_mut() {
             for buf in [&mut ws.h, &mut ws.qkv, &mut ws.att, &mut ws.y, &mut ws.u] {

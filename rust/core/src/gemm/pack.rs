@@ -8,6 +8,7 @@
 //! `mr` rows, of which the kernels read only the live ones.
 
 use super::MatRef;
+use crate::kernels::GemmKernels;
 use crate::threads;
 use crate::Element;
 
@@ -206,7 +207,9 @@ impl<T: Element> PackedB<T> {
     }
 }
 
-/// Pack all of A (M x K, any strides) into `mr`-row panels, block by block.
+/// Pack all of A (M x K, any strides) into `mr`-row panels, block by block, with the
+/// family's panel packer (`kernels.pack_a_panel`) for full panels of rows with unit column
+/// stride, when it has one.
 /// Layout: block p starts at `mpad * k0`; panel ip of block p at `ip * mr * kc` inside it.
 ///
 /// `out` is grown when it is too short and otherwise reused as it is, without clearing it
@@ -215,8 +218,13 @@ impl<T: Element> PackedB<T> {
 /// whatever the buffer held: every kernel takes the number of live rows and reads only
 /// those, so they are never read. (Writing zeros there cost a one-row product eleven
 /// zeros per depth step, a tenth of its time with B in the cache.)
-pub(crate) fn pack_a<T: Element>(a: MatRef<'_, T>, mr: usize, kb: KBlocks, out: &mut Vec<T>) {
-    let (m, k) = (a.rows, a.cols);
+pub(crate) fn pack_a<T: Element>(
+    a: MatRef<'_, T>,
+    kernels: &GemmKernels<T>,
+    kb: KBlocks,
+    out: &mut Vec<T>,
+) {
+    let (m, k, mr) = (a.rows, a.cols, kernels.mr);
     let panels = m.div_ceil(mr);
     let mpad = panels * mr;
     if out.len() < mpad * k {
@@ -226,10 +234,7 @@ pub(crate) fn pack_a<T: Element>(a: MatRef<'_, T>, mr: usize, kb: KBlocks, out: 
         return;
     }
     let ptr = threads::SendPtr(out.as_mut_ptr());
-    #[cfg(target_arch = "x86_64")]
-    let simd_pack = std::arch::is_x86_feature_detected!("avx");
-    #[cfg(not(target_arch = "x86_64"))]
-    let simd_pack = false;
+    let fast = kernels.pack_a_panel;
     let pack_panel = move |ip: usize| {
         let i0 = ip * mr;
         let rows = mr.min(m - i0);
@@ -237,21 +242,19 @@ pub(crate) fn pack_a<T: Element>(a: MatRef<'_, T>, mr: usize, kb: KBlocks, out: 
             let (k0, kc) = kb.block(p);
             // SAFETY: panel (p, ip) occupies a disjoint range of `out`.
             let dst = unsafe { ptr.get().add(mpad * k0 + ip * mr * kc) };
-            if a.cs == 1 && rows == 12 && mr == 12 && simd_pack {
-                // SAFETY: twelve rows of kc readable values from (i0, k0); dst holds 12 * kc.
-                unsafe {
-                    pack12(
-                        a.ptr.offset(i0 as isize * a.rs + k0 as isize),
-                        a.rs,
-                        kc,
-                        dst,
-                    );
-                }
-            } else if a.cs == 1 {
+            if a.cs == 1 {
+                // SAFETY: rows i0 .. i0 + rows have kc readable values from column k0.
+                let src = unsafe { a.ptr.offset(i0 as isize * a.rs + k0 as isize) };
+                let done = match fast {
+                    // SAFETY: the family's packer reads mr full rows and writes mr * kc values.
+                    Some(f) if rows == mr => unsafe { f(src, a.rs, kc, dst) },
+                    _ => 0,
+                };
                 for i in 0..rows {
-                    let src = unsafe { a.ptr.offset((i0 + i) as isize * a.rs + k0 as isize) };
-                    for kk in 0..kc {
-                        unsafe { *dst.add(kk * mr + i) = *src.add(kk) };
+                    for kk in done..kc {
+                        unsafe {
+                            *dst.add(kk * mr + i) = *src.offset(i as isize * a.rs + kk as isize)
+                        };
                     }
                 }
             } else {
@@ -268,102 +271,4 @@ pub(crate) fn pack_a<T: Element>(a: MatRef<'_, T>, mr: usize, kb: KBlocks, out: 
     } else {
         (0..panels).for_each(pack_panel);
     }
-}
-
-/// Twelve rows of `kc` values (row stride `rs`, consecutive columns) into the 12-row panel
-/// layout `dst[kk * 12 + i]`, eight (f32) or four (f64) depth steps at a time by in-register
-/// 4 x 4 transposes instead of one scalar load and store per value. A plain copy: the
-/// values are moved bit for bit.
-///
-/// # Safety
-/// The CPU supports AVX (checked by the caller when `pack12` is reachable, see `pack_a`);
-/// `src + i * rs + kk` is readable for i < 12, kk < kc; `dst` holds 12 * kc values.
-#[inline(always)]
-unsafe fn pack12<T: Element>(src: *const T, rs: isize, kc: usize, dst: *mut T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // Element is implemented for f32 and f64 only: the size tells which.
-        if std::mem::size_of::<T>() == 4 {
-            return pack12_f32(src as *const f32, rs, kc, dst as *mut f32);
-        } else {
-            return pack12_f64(src as *const f64, rs, kc, dst as *mut f64);
-        }
-    }
-    #[allow(unreachable_code)]
-    copy12(src, rs, 0, kc, dst)
-}
-
-/// Depth steps `from .. kc` of [`pack12`], one value at a time (the tail the vector loops
-/// leave, and the whole copy where they do not exist).
-///
-/// # Safety
-/// As for [`pack12`].
-#[inline(always)]
-unsafe fn copy12<T: Copy>(src: *const T, rs: isize, from: usize, kc: usize, dst: *mut T) {
-    for kk in from..kc {
-        for i in 0..12 {
-            *dst.add(kk * 12 + i) = *src.offset(i as isize * rs + kk as isize);
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
-unsafe fn pack12_f32(src: *const f32, rs: isize, kc: usize, dst: *mut f32) {
-    use std::arch::x86_64::*;
-    let mut kk = 0;
-    while kk + 8 <= kc {
-        for g in 0..3 {
-            let row =
-                |i: isize| _mm256_loadu_ps(src.offset((4 * g as isize + i) * rs + kk as isize));
-            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
-            let t0 = _mm256_unpacklo_ps(r0, r1); // r0k0 r1k0 r0k1 r1k1 | k4 k5
-            let t1 = _mm256_unpackhi_ps(r0, r1); // r0k2 r1k2 r0k3 r1k3 | k6 k7
-            let t2 = _mm256_unpacklo_ps(r2, r3);
-            let t3 = _mm256_unpackhi_ps(r2, r3);
-            // Four rows of depth kk + j in the low half, of kk + 4 + j in the high half.
-            let cols = [
-                _mm256_shuffle_ps::<0x44>(t0, t2),
-                _mm256_shuffle_ps::<0xEE>(t0, t2),
-                _mm256_shuffle_ps::<0x44>(t1, t3),
-                _mm256_shuffle_ps::<0xEE>(t1, t3),
-            ];
-            for (j, v) in cols.into_iter().enumerate() {
-                let d = dst.add((kk + j) * 12 + 4 * g);
-                _mm_storeu_ps(d, _mm256_castps256_ps128(v));
-                _mm_storeu_ps(d.add(4 * 12), _mm256_extractf128_ps::<1>(v));
-            }
-        }
-        kk += 8;
-    }
-    copy12(src, rs, kk, kc, dst);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
-unsafe fn pack12_f64(src: *const f64, rs: isize, kc: usize, dst: *mut f64) {
-    use std::arch::x86_64::*;
-    let mut kk = 0;
-    while kk + 4 <= kc {
-        for g in 0..3 {
-            let row =
-                |i: isize| _mm256_loadu_pd(src.offset((4 * g as isize + i) * rs + kk as isize));
-            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
-            let t0 = _mm256_unpacklo_pd(r0, r1); // r0k0 r1k0 | r0k2 r1k2
-            let t1 = _mm256_unpackhi_pd(r0, r1); // r0k1 r1k1 | r0k3 r1k3
-            let t2 = _mm256_unpacklo_pd(r2, r3);
-            let t3 = _mm256_unpackhi_pd(r2, r3);
-            let cols = [
-                _mm256_permute2f128_pd::<0x20>(t0, t2),
-                _mm256_permute2f128_pd::<0x20>(t1, t3),
-                _mm256_permute2f128_pd::<0x31>(t0, t2),
-                _mm256_permute2f128_pd::<0x31>(t1, t3),
-            ];
-            for (j, v) in cols.into_iter().enumerate() {
-                _mm256_storeu_pd(dst.add((kk + j) * 12 + 4 * g), v);
-            }
-        }
-        kk += 4;
-    }
-    copy12(src, rs, kk, kc, dst);
 }

@@ -1,5 +1,31 @@
 use super::*;
+use crate::threads;
+use pack::KBlocks;
 use rand::{Rng, SeedableRng};
+
+fn gemm_with<T: GemmElement>(
+    kernel: Kernel,
+    a: MatRef<'_, T>,
+    b: &PackedB<T>,
+    c: &mut [T],
+    ldc: usize,
+) {
+    gemm(a, Rhs::Packed(b), c, ldc, &Options::with_kernel(kernel)).unwrap()
+}
+
+fn gemm_unpacked_with<T: GemmElement>(
+    kernel: Kernel,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    c: &mut [T],
+    ldc: usize,
+) {
+    gemm(a, Rhs::InPlace(b), c, ldc, &Options::with_kernel(kernel)).unwrap()
+}
+
+fn gemm_packed<T: GemmElement>(a: MatRef<'_, T>, b: &PackedB<T>, c: &mut [T], ldc: usize) {
+    gemm(a, Rhs::Packed(b), c, ldc, &Options::default()).unwrap()
+}
 
 fn random<T: Element>(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<T> {
     (0..n)
@@ -103,7 +129,7 @@ fn check_all_shapes<T: GemmElement>() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let kc = T::KC_MAX;
     for kernel in available() {
-        let mr = T::spec(kernel).mr;
+        let mr = T::gemm_kernels(kernel).mr;
         for &k in &[0usize, 1, kc - 1, kc, kc + 1, 2 * kc + 3] {
             for m in 0..=2 * mr + 1 {
                 for n in (0..=2 * T::NR + 1).step_by(if k > kc { 3 } else { 1 }) {
@@ -141,7 +167,7 @@ fn strided_and_transposed_inputs() {
     let bview = unsafe { MatRef::from_raw(brev.as_ptr().add(n - 1), k, n, n as isize, -1) };
     let pb = PackedB::pack(bview);
     let mut c = vec![0.0; m * n];
-    gemm(a, &pb, &mut c, n);
+    gemm_packed(a, &pb, &mut c, n);
     assert_eq!(c, want);
     // B stored transposed (n x k, unit row stride): packed walking along k.
     let bt: Vec<f64> = (0..n)
@@ -150,7 +176,7 @@ fn strided_and_transposed_inputs() {
         .collect();
     let bview = unsafe { MatRef::from_raw(bt.as_ptr(), k, n, 1, k as isize) };
     let mut c = vec![0.0; m * n];
-    gemm(a, &PackedB::pack(bview), &mut c, n);
+    gemm_packed(a, &PackedB::pack(bview), &mut c, n);
     assert_eq!(c, want);
     // B's rows stored last to first (negative row stride, unit column stride): the row path.
     let brows: Vec<f64> = (0..k)
@@ -160,7 +186,7 @@ fn strided_and_transposed_inputs() {
     let bview =
         unsafe { MatRef::from_raw(brows.as_ptr().add((k - 1) * n), k, n, -(n as isize), 1) };
     let mut c = vec![0.0; m * n];
-    gemm(a, &PackedB::pack(bview), &mut c, n);
+    gemm_packed(a, &PackedB::pack(bview), &mut c, n);
     assert_eq!(c, want);
     assert_eq!(PackedB::pack(bview).unpack(), b);
 }
@@ -224,7 +250,7 @@ fn epilogue_sees_every_final_element_once() {
         let b = random::<f32>(&mut rng, k * n);
         let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
         let mut want = vec![0.0f32; m * n];
-        gemm(MatRef::from_slice(&a, m, k), &pb, &mut want, n);
+        gemm_packed(MatRef::from_slice(&a, m, k), &pb, &mut want, n);
         let seen: Vec<std::sync::atomic::AtomicU32> = (0..m * n)
             .map(|_| std::sync::atomic::AtomicU32::new(0))
             .collect();
@@ -245,7 +271,15 @@ fn epilogue_sees_every_final_element_once() {
                     }
                 }
             };
-            gemm_then(MatRef::from_slice(&a, m, k), &pb, &mut c, n, &epi);
+            let opts = Options::then(&epi);
+            gemm(
+                MatRef::from_slice(&a, m, k),
+                Rhs::Packed(&pb),
+                &mut c,
+                n,
+                &opts,
+            )
+            .unwrap();
             let after: Vec<f32> = want.iter().map(|&v| v * 2.0 + 1.0).collect();
             assert_eq!(c, after, "m={m} k={k} n={n}");
         }
@@ -260,14 +294,13 @@ fn epilogue_sees_every_final_element_once() {
 fn packing_a_over_a_used_buffer_writes_every_value() {
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-        let shapes = [
-            (13usize, 7usize, 12usize),
-            (25, 300, 12),
-            (36, 389, 12),
-            (5, 1000, 4),
-            (1, 3, 3),
-        ];
-        for (m, k, mr) in shapes {
+        let shapes = [(13usize, 7usize), (25, 300), (36, 389), (5, 1000), (1, 3)];
+        for (kernel, (m, k)) in available()
+            .into_iter()
+            .flat_map(|kr| shapes.into_iter().map(move |s| (kr, s)))
+        {
+            let kernels = T::gemm_kernels(kernel);
+            let mr = kernels.mr;
             // Rows of A inside a wider matrix (row stride k + 5), as a view.
             let lda = k + 5;
             let a = random::<T>(&mut rng, m * lda);
@@ -275,7 +308,7 @@ fn packing_a_over_a_used_buffer_writes_every_value() {
             let kb = KBlocks::new(k, 384);
             let mpad = m.div_ceil(mr) * mr;
             let mut fresh = Vec::new();
-            pack_a(view, mr, kb, &mut fresh);
+            pack_a(view, &kernels, kb, &mut fresh);
             assert_eq!(fresh.len(), mpad * k);
             // Every value where the layout says, against the definition.
             for p in 0..kb.count {
@@ -298,7 +331,7 @@ fn packing_a_over_a_used_buffer_writes_every_value() {
             }
             // A buffer left over from a larger product, full of NaN: the same live values.
             let mut used = vec![T::from_f64(f64::NAN); fresh.len() + 100];
-            pack_a(view, mr, kb, &mut used);
+            pack_a(view, &kernels, kb, &mut used);
             let live = |i: usize| {
                 let p = (i / (mpad * kb.kc)).min(kb.count - 1);
                 let (k0, kc) = kb.block(p);
@@ -347,9 +380,10 @@ fn stream_kernel_matches_reference() {
     // four-step passes, widths with and without a partial last vector, one and two threads; B
     // inside a wider NaN-padded matrix, A inside a wider matrix or transposed.
     fn check<T: GemmElement>() {
-        if !Kernel::Avx512.supported() {
-            return;
-        }
+        let kernels: Vec<Kernel> = available()
+            .into_iter()
+            .filter(|&k| T::gemm_kernels(k).stream.is_some())
+            .collect();
         let mut rng = rand::rngs::StdRng::seed_from_u64(31);
         let before = threads::num_threads();
         for (k, n) in [
@@ -361,7 +395,7 @@ fn stream_kernel_matches_reference() {
             (383, 1040),
             (768, 2304),
         ] {
-            for m in 1..=kernels::STREAM_ROWS {
+            for m in 1..=crate::kernels::STREAM_ROWS {
                 let ldb = n + 7;
                 let mut bw = vec![T::from_f64(f64::NAN); k * ldb];
                 let b = random::<T>(&mut rng, k * n);
@@ -385,11 +419,14 @@ fn stream_kernel_matches_reference() {
                 ];
                 for t in [1usize, 2] {
                     threads::set_num_threads(t).unwrap();
-                    for av in views {
+                    for (av, &kernel) in views
+                        .iter()
+                        .flat_map(|v| kernels.iter().map(move |k| (*v, k)))
+                    {
                         let ldc = n + 2;
                         let sentinel = T::from_f64(777.25);
                         let mut c = vec![sentinel; (m + 1) * ldc];
-                        gemm_unpacked_with(Kernel::Avx512, av, bview, &mut c, ldc);
+                        gemm_unpacked_with(kernel, av, bview, &mut c, ldc);
                         for (idx, v) in c.iter().enumerate() {
                             let (r, col) = (idx / ldc, idx % ldc);
                             let expect = if r < m && col < n {
@@ -400,7 +437,8 @@ fn stream_kernel_matches_reference() {
                             assert_eq!(
                                 v.to_f64().to_bits(),
                                 expect.to_f64().to_bits(),
-                                "{} m={m} k={k} n={n} threads={t} at ({r}, {col})",
+                                "{} {} m={m} k={k} n={n} threads={t} at ({r}, {col})",
+                                kernel.name(),
                                 T::NAME
                             );
                         }
@@ -433,7 +471,7 @@ fn column_chunks_of_a_large_b_match_reference() {
     for threads in [1, 2, 3] {
         crate::threads::set_num_threads(threads).unwrap();
         let mut c = vec![f32::NAN; m * n];
-        gemm(MatRef::from_slice(&a, m, k), &pb, &mut c, n);
+        gemm_packed(MatRef::from_slice(&a, m, k), &pb, &mut c, n);
         assert!(
             c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()),
             "{threads} threads"

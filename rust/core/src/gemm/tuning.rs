@@ -1,12 +1,12 @@
 //! Block sizes, with environment overrides for tuning experiments.
 //!
 //! `GPTCORE_KC` overrides the largest depth block (KC) and `GPTCORE_MC` the rows of A per work
-//! item (rounded to a multiple of 12, which every kernel's MR divides), `GPTCORE_NC` the panels
+//! item (rounded to a multiple of the 12-row quantum, which every family's MR divides), `GPTCORE_NC` the panels
 //! of B in one column group (rounded to a multiple of 4, the wide kernel's width), `GPTCORE_B_CHUNK_KIB` the size of
 //! packed B one column chunk may span when several row blocks share it. They change speed
 //! only: the exactness contract makes every result independent of the block sizes.
 
-use super::{B_CHUNK_BYTES, MC, NC_PANELS};
+use super::loops::{B_CHUNK_BYTES, MC, NC_PANELS, ROW_QUANTUM};
 use crate::Element;
 use std::sync::OnceLock;
 
@@ -31,7 +31,7 @@ pub fn mc() -> usize {
     static M: OnceLock<usize> = OnceLock::new();
     *M.get_or_init(|| {
         env_usize("GPTCORE_MC")
-            .map(|v| v.div_ceil(12) * 12)
+            .map(|v| v.div_ceil(ROW_QUANTUM) * ROW_QUANTUM)
             .unwrap_or(MC)
     })
 }

@@ -2,6 +2,7 @@
 //!
 //! Order of preference: AVX-512F, then AVX2+FMA, then the portable kernel (any CPU).
 //! `GPTCORE_KERNEL=avx512|avx2|portable` or [`set_kernel`] forces one (if the CPU has it).
+//! What each family needs of the CPU is the family's own business (`Family::supported`).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -31,18 +32,7 @@ impl Kernel {
 
     /// Whether this CPU can run the kernel.
     pub fn supported(self) -> bool {
-        match self {
-            Kernel::Portable => true,
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => {
-                std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
-        }
+        self.family_supported()
     }
 
     fn code(self) -> u8 {

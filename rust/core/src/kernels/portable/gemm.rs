@@ -1,6 +1,4 @@
-//! The portable micro-kernel: plain Rust, correct on any CPU (`mul_add` is a fused
-//! multiply-add everywhere, in hardware where the CPU has it).
-
+//! The portable micro-kernel: plain Rust loops over a runtime tile.
 use crate::Element;
 
 pub const MR: usize = 4;

@@ -1,0 +1,413 @@
+//! The GPT decoder: the model's layers, each in its own file, and the forward pass.
+//!
+//! ```text
+//! x = wte[ids] + pos(t)                        (learned table or sinusoidal)  embedding.rs
+//! for each block:  x = x + Attn(LN1(x)) Wo + bo                               block.rs,
+//!                  x = x + GELU(LN2(x) Wfc + bfc) Wproj + bproj               self_attention.rs, mlp.rs
+//! logits = LN_f(x) Whead                       (Whead = wte^T when tied)
+//! ```
+//!
+//! One routine, [`Model::run`], processes new positions of a batch of sequences, appending
+//! their keys and values to a [`KvCache`]. A whole forward pass is `run` on an empty cache; a
+//! decode step is `run` with one new position. Both execute the same per-row arithmetic, so
+//! cached decoding reproduces the full forward bit for bit. The tensors' names and shapes are
+//! defined once, in `schema.rs`.
+
+mod block;
+mod config;
+mod embedding;
+mod linear;
+mod mlp;
+mod norm;
+pub mod schema;
+mod self_attention;
+mod workspace;
+
+pub use block::Block;
+pub use config::Config;
+pub use embedding::Embedding;
+pub use linear::Linear;
+pub use norm::Norm;
+pub use schema::{schema, Layout, Tensor, TensorSpec};
+
+use crate::buffer_pool::BufferPool;
+use crate::gemm::{self, GemmElement, MatRef, Options, PackedB, Rhs};
+use crate::kernels::{HasKernels, Kernel};
+use crate::kv_cache::{HeadKv, KvCache};
+use crate::ops::Transcendental;
+use crate::profile::Phases;
+use crate::Result;
+use schema::{export, Exported, Source};
+use std::collections::HashMap;
+use std::sync::Arc;
+use workspace::{Workspace, WorkspacePool};
+
+/// Floating-point types the decoder runs in.
+pub trait Float: GemmElement + HasKernels + Transcendental {}
+impl Float for f32 {}
+impl Float for f64 {}
+
+pub struct Model<T: Float> {
+    pub cfg: Config,
+    pub embedding: Embedding<T>,
+    pub blocks: Vec<Block<T>>,
+    pub ln_f: Norm<T>,
+    /// The LM head `(d, V)`: `wte^T` when tied, else `lm_head.weight^T`, packed once.
+    pub head: PackedB<T>,
+    layout: Layout,
+    /// Work buffers of finished passes, taken by the next ones (see [`Workspace`]).
+    workspaces: WorkspacePool<T>,
+    /// Logits buffers handed back by their users, for the next passes' logits.
+    outputs: Arc<BufferPool<T>>,
+}
+
+/// One call's new positions: `ids` is `batch x t_new` (row-major), after `p0` cached positions.
+pub struct Pass {
+    pub batch: usize,
+    pub t_new: usize,
+    pub p0: usize,
+    pub d: usize,
+    pub causal: bool,
+    pub ln_eps: f64,
+    /// The kernel family the whole pass runs with.
+    pub kernel: Kernel,
+}
+
+impl Pass {
+    /// Rows of the activations, `B * T_new`.
+    pub fn rows(&self) -> usize {
+        self.batch * self.t_new
+    }
+    pub fn eps<T: Float>(&self) -> T {
+        T::from_f64(self.ln_eps)
+    }
+}
+
+/// What a call to [`Model::run`] asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// `batch x t_new` token ids, row-major.
+    pub ids: &'a [u32],
+    pub batch: usize,
+    pub t_new: usize,
+    pub logits: Logits,
+    pub causal: bool,
+    /// Keep the residual stream before block 0 and after each block.
+    pub want_hidden: bool,
+}
+
+/// What [`Model::run`] returns.
+pub struct RunOutput<T> {
+    /// Logits, `(rows, vocab)`, rows as asked for by [`Logits`].
+    pub logits: Vec<T>,
+    /// Residual stream before block 0 and after each block: `(n_layers + 1, B * T_new, d)`.
+    pub hidden: Option<Vec<T>>,
+    /// The final residual stream `(B * T_new, d)` (before LN_f), when logits were not asked for.
+    pub final_x: Option<Vec<T>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    All,
+    Last,
+    None,
+}
+
+impl<T: Float> Model<T> {
+    /// Build from Hugging Face GPT-2 names (without "transformer."); checks every shape
+    /// against the schema.
+    pub fn new(cfg: Config, weights: &HashMap<String, Tensor<'_, T>>) -> Result<Self> {
+        cfg.validate()?;
+        let layout = Layout::new(&cfg);
+        let src = Source(weights);
+        let embedding = Embedding::load(&layout, &src)?;
+        let blocks = layout
+            .blocks
+            .iter()
+            .map(|b| Block::load(b, cfg.n_heads, &src))
+            .collect::<Result<Vec<_>>>()?;
+        let ln_f = Norm::load(&layout.ln_f, &src)?;
+        // The head multiplies by W^T where W is (V, d): a transposed view, packed once.
+        let (d, v) = (cfg.d_model, cfg.vocab_size);
+        let w: &[T] = match &layout.lm_head {
+            None => &embedding.wte,
+            Some(s) => src.get(s)?,
+        };
+        // SAFETY: W holds V x d values; its transpose is read with unit row stride.
+        let head = PackedB::try_pack(unsafe { MatRef::from_raw(w.as_ptr(), d, v, 1, d as isize) })?;
+        Ok(Model {
+            cfg,
+            embedding,
+            blocks,
+            ln_f,
+            head,
+            layout,
+            workspaces: WorkspacePool::default(),
+            outputs: Arc::new(BufferPool::default()),
+        })
+    }
+
+    /// The pool that logits buffers come from: a caller done with a result of [`Model::run`]
+    /// may hand its `logits` back with [`BufferPool::give_back`].
+    pub fn outputs(&self) -> &Arc<BufferPool<T>> {
+        &self.outputs
+    }
+
+    /// Every weight the model computes with, under its Hugging Face name, as
+    /// `(name, shape, row-major values)` in the schema's order (packed matrices unpacked;
+    /// `lm_head.weight` only when untied).
+    pub fn export(&self) -> Exported<T> {
+        let layout = &self.layout;
+        let mut out = Vec::new();
+        self.embedding.export(layout, &mut out);
+        for (blk, spec) in self.blocks.iter().zip(&layout.blocks) {
+            blk.export(spec, &mut out);
+        }
+        self.ln_f.export(&layout.ln_f, &mut out);
+        if let Some(s) = &layout.lm_head {
+            // The head is packed as W^T (d x V); the checkpoint stores W (V x d).
+            let (d, v) = (self.cfg.d_model, self.cfg.vocab_size);
+            let wt = self.head.unpack();
+            let mut w = vec![T::ZERO; v * d];
+            for r in 0..d {
+                for c in 0..v {
+                    w[c * d + r] = wt[r * v + c];
+                }
+            }
+            export(&mut out, s, w);
+        }
+        out
+    }
+
+    pub fn new_cache(&self, batch: usize) -> KvCache<T> {
+        KvCache::new(
+            self.cfg.n_layers,
+            batch,
+            self.cfg.n_heads,
+            self.cfg.d_head(),
+        )
+    }
+
+    /// Bytes of the packed and plain weights held.
+    pub fn nbytes(&self) -> usize {
+        let blocks: usize = self
+            .blocks
+            .iter()
+            .map(|b| {
+                b.attn.qkv.nbytes() + b.attn.proj.nbytes() + b.mlp.fc.nbytes() + b.mlp.proj.nbytes()
+            })
+            .sum();
+        self.embedding.nbytes() + blocks + self.head.nbytes()
+    }
+
+    /// Process the new positions of `req` after the positions already in `cache`.
+    ///
+    /// `cache == None` runs on a scratch cache that holds one layer at a time (a plain
+    /// forward pass). `check` is called between layers; an error from it stops the run.
+    pub fn run(
+        &self,
+        req: &Request<'_>,
+        cache: Option<&mut KvCache<T>>,
+        check: &(dyn Fn() -> Result<()> + Sync),
+    ) -> Result<RunOutput<T>> {
+        let (batch, t_new) = (req.batch, req.t_new);
+        if req.ids.len() != batch * t_new {
+            return crate::value_error!(
+                "ids: expected {} values for shape ({batch}, {t_new}), got {}",
+                batch * t_new,
+                req.ids.len()
+            );
+        }
+        if let Some(&bad) = req.ids.iter().find(|&&i| i as usize >= self.cfg.vocab_size) {
+            return crate::value_error!(
+                "ids: token id {bad} is out of range [0, {})",
+                self.cfg.vocab_size
+            );
+        }
+        let mut ws = self.workspaces.take();
+        let out = match cache {
+            Some(c) => {
+                // A step that fails part-way (an interrupt, an allocation) leaves the cache
+                // holding exactly the positions it held before.
+                let before = c.len();
+                let out = self.forward(req, c, true, check, &mut ws);
+                if out.is_err() {
+                    c.truncate(before);
+                }
+                out
+            }
+            None => {
+                let nh = self.cfg.n_heads;
+                let mut kv = match ws.kv.take() {
+                    Some(mut c) if c.batch == batch && c.n_heads == nh => {
+                        c.clear();
+                        c
+                    }
+                    _ => KvCache::new(1, batch, nh, self.cfg.d_head()),
+                };
+                let out = self.forward(req, &mut kv, false, check, &mut ws);
+                ws.kv = Some(kv);
+                out
+            }
+        };
+        self.workspaces.give_back(ws);
+        out
+    }
+
+    /// The forward pass over the new positions: embedding, the blocks, the head. With
+    /// `persistent`, `cache` holds every layer and keeps the new positions; otherwise it holds
+    /// one layer, reused by each block in turn.
+    fn forward(
+        &self,
+        req: &Request<'_>,
+        cache: &mut KvCache<T>,
+        persistent: bool,
+        check: &(dyn Fn() -> Result<()> + Sync),
+        ws: &mut Workspace<T>,
+    ) -> Result<RunOutput<T>> {
+        let cfg = &self.cfg;
+        let (batch, t_new, d) = (req.batch, req.t_new, cfg.d_model);
+        if cache.batch != batch {
+            return crate::value_error!("cache holds {} sequences, ids has {batch}", cache.batch);
+        }
+        let p0 = cache.len();
+        if !req.causal && (persistent && p0 > 0) {
+            return crate::value_error!("causal=False is only available for a full forward pass");
+        }
+        if !cfg.sinusoidal && p0 + t_new > cfg.n_ctx {
+            return crate::value_error!(
+                "sequence length {} exceeds the model's context n_ctx = {} (learned positions)",
+                p0 + t_new,
+                cfg.n_ctx
+            );
+        }
+        let pass = Pass {
+            batch,
+            t_new,
+            p0,
+            d,
+            causal: req.causal,
+            ln_eps: cfg.ln_eps,
+            kernel: crate::kernels::current(),
+        };
+        let rows = pass.rows();
+        let mut ph = Phases::new();
+        let mut x = self.embedding.forward(req.ids, t_new, p0)?; // (B*T, d)
+        let mut hidden = req
+            .want_hidden
+            .then(|| Vec::with_capacity((cfg.n_layers + 1) * rows * d));
+        if let Some(h) = hidden.as_mut() {
+            h.extend_from_slice(&x);
+        }
+        ph.mark("embedding");
+        for (li, blk) in self.blocks.iter().enumerate() {
+            check()?;
+            let heads: &mut [HeadKv<T>] = if persistent {
+                &mut cache.layers[li]
+            } else {
+                let l = &mut cache.layers[0];
+                l.iter_mut().for_each(|hk| hk.clear());
+                l
+            };
+            blk.forward(&mut x, heads, &pass, ws, &mut ph); // x += attn(ln1(x)); x += mlp(ln2(x))
+            if let Some(h) = hidden.as_mut() {
+                h.extend_from_slice(&x);
+            }
+        }
+        check()?;
+        let mut final_x = None;
+        let logits = match req.logits {
+            Logits::None => {
+                final_x = Some(x);
+                Vec::new()
+            }
+            Logits::All => self.head_logits(&x, rows, &mut ws.h)?, // (B*T, V)
+            Logits::Last => {
+                let mut last = Vec::with_capacity(batch * d);
+                for b in 0..batch {
+                    let r = b * t_new + t_new - 1;
+                    last.extend_from_slice(&x[r * d..(r + 1) * d]);
+                }
+                self.head_logits(&last, batch, &mut ws.h)? // (B, V)
+            }
+        };
+        ph.mark("head");
+        Ok(RunOutput {
+            logits,
+            hidden,
+            final_x,
+        })
+    }
+
+    /// Log-probability of `targets[r]` at every position r of `ids` (`batch x t`), computing
+    /// the logits `chunk` rows at a time so the full logits never exist at once.
+    pub fn token_logprobs(
+        &self,
+        ids: &[u32],
+        batch: usize,
+        t: usize,
+        targets: &[u32],
+        chunk: usize,
+        check: &(dyn Fn() -> Result<()> + Sync),
+    ) -> Result<Vec<f64>> {
+        if targets.len() != ids.len() {
+            return crate::value_error!(
+                "targets: expected {} values, got {}",
+                ids.len(),
+                targets.len()
+            );
+        }
+        if let Some(&bad) = targets.iter().find(|&&i| i as usize >= self.cfg.vocab_size) {
+            return crate::value_error!(
+                "targets: token id {bad} is out of range [0, {})",
+                self.cfg.vocab_size
+            );
+        }
+        let req = Request {
+            ids,
+            batch,
+            t_new: t,
+            logits: Logits::None,
+            causal: true,
+            want_hidden: false,
+        };
+        let out = self.run(&req, None, check)?;
+        let x = out.final_x.expect("final residual requested");
+        let (d, v) = (self.cfg.d_model, self.cfg.vocab_size);
+        let rows = batch * t;
+        let chunk = chunk.max(1);
+        let mut res = vec![0.0f64; rows];
+        let mut h = Vec::new();
+        let mut r0 = 0;
+        while r0 < rows {
+            let n = chunk.min(rows - r0);
+            let z = self.head_logits(&x[r0 * d..(r0 + n) * d], n, &mut h)?;
+            for i in 0..n {
+                let row = &z[i * v..(i + 1) * v];
+                let m = row
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |a, &b| a.max(b.to_f64()));
+                let s: f64 = row.iter().map(|&b| (b.to_f64() - m).exp()).sum();
+                res[r0 + i] = row[targets[r0 + i] as usize].to_f64() - (m + s.ln());
+            }
+            self.outputs.give_back(z);
+            r0 += n;
+        }
+        Ok(res)
+    }
+
+    /// `LN_f(x) @ Whead` for `rows` rows.
+    fn head_logits(&self, x: &[T], rows: usize, h: &mut Vec<T>) -> Result<Vec<T>> {
+        let d = self.cfg.d_model;
+        self.ln_f.forward(x, h, d, T::from_f64(self.cfg.ln_eps));
+        let v = self.cfg.vocab_size;
+        // The product writes every value, so a kept buffer's stale contents do not matter.
+        let mut out = self.outputs.take(rows.saturating_mul(v), "logits")?;
+        let a = MatRef::from_slice(h, rows, d);
+        gemm::gemm(a, Rhs::Packed(&self.head), &mut out, v, &Options::default())?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,259 @@
+//! The loop nest around the micro-kernels.
+//!
+//! ```text
+//! LOOP 5  work items: (column chunk, row block) pairs, shared out to the threads
+//! LOOP 4    column groups of NC panels inside the chunk (the group's C tile stays in L2)
+//! LOOP 3      depth blocks of KC (A and B are packed block by block)
+//! LOOP 2        row tiles of MR inside the row block            (`macro_kernel`)
+//! LOOP 1          panels of NR inside the group: the tile kernel (or the wide kernel, four
+//!                 panels at once, for a row block of at most WIDE_ROWS rows)
+//! ```
+//!
+//! Every item computes a disjoint block of C through all depth blocks in order, so each element's
+//! chain is continued block after block by one thread (the exactness contract).
+
+use super::pack::KBlocks;
+use super::{tuning, BSource, Epilogue, Tile};
+use crate::kernels::{GemmKernels, WIDE_ROWS};
+use crate::threads;
+use crate::Element;
+
+/// Rows of A handled by one work item (a multiple of every family's MR, which divides 12).
+pub const MC: usize = 192;
+
+/// Panels of B (of NR columns) in one column group: a group's C tile (MC x 8 NR) stays in L2
+/// while it goes through every depth block (a multiple of 4 for the wide kernel).
+pub const NC_PANELS: usize = 8;
+
+/// Packed B spanned by one column chunk when several row blocks go through a B of more than
+/// four times this (a B that does not stay in the L3 cache, such as the LM head's): the row
+/// blocks of a chunk run one after the other (two threads side by side), so the chunk is read
+/// from memory once and then from the L3 cache, instead of once per row block.
+pub const B_CHUNK_BYTES: usize = 4 << 20;
+
+/// Tiles are shared out in row blocks of whole groups of this many rows.
+pub const ROW_QUANTUM: usize = 12;
+
+/// Products below this many multiply-adds run on the calling thread alone.
+pub const PARALLEL_MIN_FLOPS: f64 = 262_144.0;
+
+/// How the product is cut into work items.
+struct Plan {
+    /// Row blocks: block `ib` is rows `block_rows(ib)`.
+    mblocks: usize,
+    tiles: usize,
+    /// Panels per column chunk, and the chunk count.
+    per_chunk: usize,
+    nchunks: usize,
+    panels: usize,
+    nthreads: usize,
+}
+
+impl Plan {
+    fn new<T: Element>(m: usize, n: usize, kb: KBlocks, wide: bool) -> Plan {
+        let panels = n.div_ceil(T::NR);
+        let flops = m as f64 * n as f64 * kb.k as f64;
+        let nthreads = if flops < PARALLEL_MIN_FLOPS {
+            1
+        } else {
+            threads::num_threads()
+        };
+        // Row blocks of at most about MC rows, made of whole 12-row tiles shared out as evenly
+        // as possible, so parallel work items are of equal size.
+        let tiles = m.div_ceil(ROW_QUANTUM);
+        let mblocks = m.div_ceil(tuning::mc()).min(tiles);
+        // Enough column chunks that every thread has several items of equal size.
+        let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };
+        let nchunks = want_items.div_ceil(mblocks).clamp(1, panels);
+        let mut per_chunk = panels.div_ceil(nchunks);
+        let panel_bytes = kb.k * T::NR * std::mem::size_of::<T>();
+        if mblocks > 1 && panels * panel_bytes > tuning::b_chunk_bytes() * 4 {
+            let cap = (tuning::b_chunk_bytes() / panel_bytes).max(1);
+            if per_chunk > cap {
+                // Whole column groups per chunk when a group fits, so groups stay full width.
+                let group = tuning::nc_panels();
+                per_chunk = if cap >= group {
+                    cap / group * group
+                } else {
+                    cap
+                };
+            }
+        }
+        if wide && m <= WIDE_ROWS {
+            // Few rows run the wide kernel, four panels at a time: keep chunks whole multiples.
+            per_chunk = per_chunk.div_ceil(4) * 4;
+        }
+        Plan {
+            mblocks,
+            tiles,
+            per_chunk,
+            nchunks: panels.div_ceil(per_chunk),
+            panels,
+            nthreads,
+        }
+    }
+
+    /// Rows `(i0, i1)` of row block `ib`.
+    fn block_rows(&self, ib: usize, m: usize) -> (usize, usize) {
+        let (t, b) = (self.tiles, self.mblocks);
+        (
+            (ib * t / b) * ROW_QUANTUM,
+            ((ib + 1) * t / b * ROW_QUANTUM).min(m),
+        )
+    }
+}
+
+/// `C = A B` from packed A (`apack`, `kernels.mr`-row panels) and `b`, with `epilogue` on each
+/// tile once it is final.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run<T: Element>(
+    kernels: GemmKernels<T>,
+    m: usize,
+    n: usize,
+    kb: KBlocks,
+    apack: &[T],
+    b: &BSource<'_, T>,
+    c: &mut [T],
+    ldc: usize,
+    epilogue: Option<Epilogue<'_, T>>,
+) {
+    let plan = Plan::new::<T>(m, n, kb, kernels.wide.is_some());
+    let cptr = threads::SendPtr(c.as_mut_ptr());
+    let out = Out {
+        ptr: cptr,
+        ldc,
+        n,
+        epilogue,
+    };
+    // LOOP 5: work items, column chunk major (consecutive items, the threads' current ones,
+    // share a chunk).
+    let item = |idx: usize| {
+        let (jc, ib) = (idx / plan.mblocks, idx % plan.mblocks);
+        let (i0, i1) = plan.block_rows(ib, m);
+        let jp0 = jc * plan.per_chunk;
+        let jp1 = (jp0 + plan.per_chunk).min(plan.panels);
+        // LOOP 4: column groups, each taken through every depth block before the next.
+        let group = tuning::nc_panels();
+        let mut g0 = jp0;
+        while g0 < jp1 {
+            let g1 = (g0 + group).min(jp1);
+            // LOOP 3: depth blocks.
+            for p in 0..kb.count {
+                let (k0, kc) = kb.block(p);
+                let ablock = &apack[m.div_ceil(kernels.mr) * kernels.mr * k0..];
+                macro_kernel(&kernels, kb, p, kc, ablock, b, (i0, i1), (g0, g1), &out);
+            }
+            g0 = g1;
+        }
+    };
+    let items = plan.mblocks * plan.nchunks;
+    if plan.nthreads == 1 || items == 1 {
+        (0..items).for_each(item);
+    } else {
+        threads::parallel_for(items, item);
+    }
+}
+
+/// Where the results go.
+struct Out<'f, T> {
+    ptr: threads::SendPtr<T>,
+    ldc: usize,
+    n: usize,
+    epilogue: Option<Epilogue<'f, T>>,
+}
+
+impl<T> Out<'_, T> {
+    /// C's element (i, j).
+    #[inline(always)]
+    fn at(&self, i: usize, j: usize) -> *mut T {
+        // SAFETY (for callers): (i, j) lies inside C.
+        unsafe { self.ptr.get().add(i * self.ldc + j) }
+    }
+
+    /// Hands rows `i0..i1`, columns `j0..j0+cols` of C (final now) to the epilogue.
+    #[inline(always)]
+    fn finish(&self, i0: usize, i1: usize, j0: usize, cols: usize) {
+        if let Some(f) = self.epilogue {
+            f(Tile::new(i0, j0, i1 - i0, cols, self.at(i0, j0), self.ldc));
+        }
+    }
+}
+
+/// LOOPS 2 and 1 for one depth block `p` (`kc` deep): the rows `i0..i1` of a row block against
+/// the panels `g0..g1` of a column group.
+///
+/// Row tile outer and panels inner: a tile's A micro-panel is read again for each panel of the
+/// group right after the read before (from L1 or L2), and the group's B panels of this depth
+/// block (8 x kc x NR values) come from L2 for every tile after the first. With panels outer
+/// instead, each panel re-read the row block's whole A block (MC x kc): 0-12 % slower on large
+/// products, float64 the most (alternating builds in one process).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn macro_kernel<T: Element>(
+    kernels: &GemmKernels<T>,
+    kb: KBlocks,
+    p: usize,
+    kc: usize,
+    ablock: &[T],
+    b: &BSource<'_, T>,
+    (i0, i1): (usize, usize),
+    (g0, g1): (usize, usize),
+    out: &Out<'_, T>,
+) {
+    let (mr, n) = (kernels.mr, out.n);
+    let last = p + 1 == kb.count;
+    let mut jp = g0;
+    if let (Some(wide), true) = (kernels.wide, i1 - i0 <= WIDE_ROWS) {
+        // Few rows: four panels at a time through the wide kernel.
+        while jp + 4 <= g1 {
+            let Some(bstride) = b.wide_stride(p, jp) else {
+                break;
+            };
+            let j0 = jp * T::NR;
+            let (bp, ldb) = b.panel(p, jp);
+            let cols_last = T::NR.min(n - (jp + 3) * T::NR);
+            // SAFETY: the A panel holds kc*mr values, each of the four B panels kc steps of NR
+            // readable values ldb apart (bstride between panels); the C block at (i0, j0) lies
+            // inside C and belongs to this item alone.
+            unsafe {
+                wide(
+                    i1 - i0,
+                    cols_last,
+                    kc,
+                    ablock.as_ptr().add((i0 / mr) * mr * kc),
+                    bp,
+                    ldb,
+                    bstride,
+                    out.at(i0, j0),
+                    out.ldc,
+                    p > 0,
+                );
+            }
+            if last {
+                out.finish(i0, i1, j0, 3 * T::NR + cols_last);
+            }
+            jp += 4;
+        }
+    }
+    // LOOP 2: row tiles.
+    let mut i = i0;
+    while i < i1 {
+        let rows = mr.min(i1 - i);
+        let ap = ablock[(i / mr) * mr * kc..].as_ptr();
+        // LOOP 1: panels.
+        for q in jp..g1 {
+            let j0 = q * T::NR;
+            let (bp, ldb) = b.panel(p, q);
+            let cols = T::NR.min(n - j0);
+            // SAFETY: the A panel holds kc*mr values, the B panel kc steps of NR readable
+            // values ldb apart; the C tile at (i, j0) lies inside C and belongs to this item.
+            unsafe {
+                (kernels.tile)(rows, cols, kc, ap, bp, ldb, out.at(i, j0), out.ldc, p > 0);
+            }
+            if last {
+                out.finish(i, i + rows, j0, cols);
+            }
+        }
+        i += rows;
+    }
+}

@@ -1,0 +1,43 @@
+//! The AVX2+FMA family: its tile kernels, and AVX2 code generation for the generic
+//! element-wise code.
+
+mod gemm;
+
+use super::{Family, GemmKernels};
+
+pub(super) struct Avx2;
+
+impl Family for Avx2 {
+    fn supported() -> bool {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+
+    fn gemm_f32() -> GemmKernels<f32> {
+        GemmKernels {
+            mr: gemm::MR_F32,
+            tile: gemm::kernel_f32,
+            wide: None,
+            stream: None,
+            pack_a_panel: None,
+        }
+    }
+
+    fn gemm_f64() -> GemmKernels<f64> {
+        GemmKernels {
+            mr: gemm::MR_F64,
+            tile: gemm::kernel_f64,
+            wide: None,
+            stream: None,
+            pack_a_panel: None,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn run<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        run(f)
+    }
+}

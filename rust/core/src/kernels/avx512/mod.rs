@@ -1,0 +1,44 @@
+//! The AVX-512F family: 12 x 32 (f32) and 12 x 16 (f64) tiles, wide and stream kernels, the
+//! 12-row A packer, and AVX-512 code generation for the generic element-wise code.
+
+mod gemm;
+mod pack;
+
+use super::{Family, GemmKernels};
+
+pub(super) struct Avx512;
+
+impl Family for Avx512 {
+    fn supported() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+
+    fn gemm_f32() -> GemmKernels<f32> {
+        GemmKernels {
+            mr: gemm::MR_F32,
+            tile: gemm::kernel_f32,
+            wide: Some(gemm::wide_f32),
+            stream: Some(gemm::stream_f32),
+            pack_a_panel: Some(pack::pack12_f32),
+        }
+    }
+
+    fn gemm_f64() -> GemmKernels<f64> {
+        GemmKernels {
+            mr: gemm::MR_F64,
+            tile: gemm::kernel_f64,
+            wide: Some(gemm::wide_f64),
+            stream: Some(gemm::stream_f64),
+            pack_a_panel: Some(pack::pack12_f64),
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn run<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        run(f)
+    }
+}

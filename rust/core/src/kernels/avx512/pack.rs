@@ -1,0 +1,66 @@
+//! Packing twelve-row A panels (the tile height of this family) with in-register 4 x 4
+//! transposes: eight (f32) or four (f64) depth steps at a time instead of one scalar load and
+//! store per value. The loops around pack the remaining steps.
+
+use std::arch::x86_64::*;
+
+/// # Safety
+/// See [`crate::kernels::PackPanelFn`]; the CPU supports AVX.
+#[target_feature(enable = "avx")]
+pub(super) unsafe fn pack12_f32(src: *const f32, rs: isize, kc: usize, dst: *mut f32) -> usize {
+    let mut kk = 0;
+    while kk + 8 <= kc {
+        for g in 0..3 {
+            let row =
+                |i: isize| _mm256_loadu_ps(src.offset((4 * g as isize + i) * rs + kk as isize));
+            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+            let t0 = _mm256_unpacklo_ps(r0, r1); // r0k0 r1k0 r0k1 r1k1 | k4 k5
+            let t1 = _mm256_unpackhi_ps(r0, r1); // r0k2 r1k2 r0k3 r1k3 | k6 k7
+            let t2 = _mm256_unpacklo_ps(r2, r3);
+            let t3 = _mm256_unpackhi_ps(r2, r3);
+            // Four rows of depth kk + j in the low half, of kk + 4 + j in the high half.
+            let cols = [
+                _mm256_shuffle_ps::<0x44>(t0, t2),
+                _mm256_shuffle_ps::<0xEE>(t0, t2),
+                _mm256_shuffle_ps::<0x44>(t1, t3),
+                _mm256_shuffle_ps::<0xEE>(t1, t3),
+            ];
+            for (j, v) in cols.into_iter().enumerate() {
+                let d = dst.add((kk + j) * 12 + 4 * g);
+                _mm_storeu_ps(d, _mm256_castps256_ps128(v));
+                _mm_storeu_ps(d.add(4 * 12), _mm256_extractf128_ps::<1>(v));
+            }
+        }
+        kk += 8;
+    }
+    kk
+}
+
+/// # Safety
+/// See [`crate::kernels::PackPanelFn`]; the CPU supports AVX.
+#[target_feature(enable = "avx")]
+pub(super) unsafe fn pack12_f64(src: *const f64, rs: isize, kc: usize, dst: *mut f64) -> usize {
+    let mut kk = 0;
+    while kk + 4 <= kc {
+        for g in 0..3 {
+            let row =
+                |i: isize| _mm256_loadu_pd(src.offset((4 * g as isize + i) * rs + kk as isize));
+            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+            let t0 = _mm256_unpacklo_pd(r0, r1); // r0k0 r1k0 | r0k2 r1k2
+            let t1 = _mm256_unpackhi_pd(r0, r1); // r0k1 r1k1 | r0k3 r1k3
+            let t2 = _mm256_unpacklo_pd(r2, r3);
+            let t3 = _mm256_unpackhi_pd(r2, r3);
+            let cols = [
+                _mm256_permute2f128_pd::<0x20>(t0, t2),
+                _mm256_permute2f128_pd::<0x20>(t1, t3),
+                _mm256_permute2f128_pd::<0x31>(t0, t2),
+                _mm256_permute2f128_pd::<0x31>(t1, t3),
+            ];
+            for (j, v) in cols.into_iter().enumerate() {
+                _mm256_storeu_pd(dst.add((kk + j) * 12 + 4 * g), v);
+            }
+        }
+        kk += 4;
+    }
+    kk
+}

@@ -1,0 +1,160 @@
+//! Kernel families: everything in gptcore that depends on the instruction set, one folder per
+//! set (`avx512/`, `avx2/`, `portable/`). The GEMM loops, attention and the decoder only see
+//! the contract below; they never name an instruction set.
+//!
+//! A family provides, for each element type ([`GemmKernels`]):
+//! * the tile shape: `mr` rows (the width is the type's panel width `T::NR`, shared by every
+//!   family so that a matrix packed once serves whichever family is active; `mr` divides 12,
+//!   the row tiles work is shared out in);
+//! * the **tile kernel** ([`TileFn`]), the one that does the work of large products;
+//! * optionally a **wide kernel** ([`WideFn`], 1 to [`WIDE_ROWS`] rows against four panels) and a
+//!   **stream kernel** ([`StreamFn`], 1 to [`STREAM_ROWS`] rows against B read in place);
+//! * optionally a **panel packer** for A ([`PackPanelFn`]);
+//!
+//! and, for all types at once, [`Kernel::vectorized`]: a context in which generic Rust code (the
+//! element-wise operations, the fused epilogue, attention's bookkeeping) is compiled for the
+//! family's vector instructions.
+//!
+//! # The kernels' contract
+//! A tile kernel computes a `rows x cols` tile (rows <= mr, cols <= NR) of C from a packed A
+//! micro-panel (`mr` values per depth step, of which the first `rows` are read) and a B
+//! micro-panel of NR values per depth step, `ldb` apart (NR when packed; B's row stride when B
+//! is read in place):
+//!
+//! `c[i][j] = fma(a[k][i], b[k][j], c[i][j])` for k = 0, 1, ..., kc-1 in ascending order,
+//! starting from 0 (`accumulate == false`) or from the value already in C (later depth
+//! blocks). That is exactly the naive `mul_add` loop, so every kernel of every family gives the
+//! same bits. The same holds for the wide and stream kernels. Generic code run through
+//! [`Kernel::vectorized`] must not contain fused operations the compiler could form on its own
+//! (Rust never contracts `a * b + c`), so it too gives the same bits in every family.
+
+mod dispatch;
+pub use dispatch::{available, current, detect, set_kernel, Kernel};
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod portable;
+
+use crate::Element;
+
+/// `(rows, cols, kc, a_panel, b_panel, ldb, c, ldc, accumulate)`: see the module's contract.
+pub type TileFn<T> = unsafe fn(usize, usize, usize, *const T, *const T, usize, *mut T, usize, bool);
+
+/// `(rows, cols_last, kc, a_panel, b_panel, ldb, b_stride, c, ldc, accumulate)`: up to
+/// [`WIDE_ROWS`] rows against 4 consecutive B panels (`b_stride` apart), the last with
+/// `cols_last` live columns.
+pub type WideFn<T> =
+    unsafe fn(usize, usize, usize, *const T, *const T, usize, usize, *mut T, usize, bool);
+
+/// `(rows, cols, k, a, lda, b, ldb, c, ldc)`: C (rows x cols) = A (rows x k, rows `lda` apart,
+/// unit column stride) times B read in place (`k` rows `ldb` apart); up to [`STREAM_ROWS`]
+/// rows.
+pub type StreamFn<T> =
+    unsafe fn(usize, usize, usize, *const T, usize, *const T, usize, *mut T, usize);
+
+/// `(src, rs, kc, dst) -> steps`: packs depth steps `0 .. steps` (a prefix of `0 .. kc` the
+/// family chooses) of `mr` full rows (`src + i * rs + k`) into `dst[k * mr + i]`; the caller
+/// copies the remaining steps. A plain copy: values are moved bit for bit.
+pub type PackPanelFn<T> = unsafe fn(*const T, isize, usize, *mut T) -> usize;
+
+/// Rows up to which the wide kernel is used.
+pub const WIDE_ROWS: usize = 3;
+
+/// Rows up to which the stream kernel can be used.
+pub const STREAM_ROWS: usize = 8;
+
+/// One family's matrix-multiply kernels for one element type.
+#[derive(Clone, Copy)]
+pub struct GemmKernels<T> {
+    /// Rows of a tile (divides 12).
+    pub mr: usize,
+    pub tile: TileFn<T>,
+    pub wide: Option<WideFn<T>>,
+    pub stream: Option<StreamFn<T>>,
+    pub pack_a_panel: Option<PackPanelFn<T>>,
+}
+
+/// What a family implements (one unit struct per folder).
+trait Family {
+    /// Whether this CPU can run the family's code.
+    fn supported() -> bool;
+    fn gemm_f32() -> GemmKernels<f32>;
+    fn gemm_f64() -> GemmKernels<f64>;
+    /// Runs `f` inside a function compiled for the family's instructions.
+    ///
+    /// # Safety
+    /// The CPU supports the family.
+    unsafe fn vectorized<R>(f: impl FnOnce() -> R) -> R;
+}
+
+/// Calls `$body` with `$F` bound to the family type of kernel `$k`.
+macro_rules! with_family {
+    ($k:expr, $F:ident => $body:expr) => {
+        match $k {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => {
+                type $F = avx512::Avx512;
+                $body
+            }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => {
+                type $F = avx2::Avx2;
+                $body
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                type $F = portable::Portable;
+                $body
+            }
+        }
+    };
+}
+
+impl Kernel {
+    /// Runs `f` compiled for this family's instructions (plain code where the CPU lacks them:
+    /// the bits are the same either way, only the speed differs). `f` should call
+    /// `#[inline(always)]` code so that it is compiled inside the family's context.
+    #[inline(always)]
+    pub fn vectorized<R>(self, f: impl FnOnce() -> R) -> R {
+        if !self.supported() {
+            return f();
+        }
+        // SAFETY: checked just above.
+        with_family!(self, F => unsafe { F::vectorized(f) })
+    }
+
+    fn family_supported(self) -> bool {
+        with_family!(self, F => F::supported())
+    }
+}
+
+/// Per-type table of the kernels.
+pub trait HasKernels: Element {
+    fn gemm_kernels(k: Kernel) -> GemmKernels<Self>;
+}
+
+impl HasKernels for f32 {
+    fn gemm_kernels(k: Kernel) -> GemmKernels<f32> {
+        with_family!(k, F => F::gemm_f32())
+    }
+}
+
+impl HasKernels for f64 {
+    fn gemm_kernels(k: Kernel) -> GemmKernels<f64> {
+        with_family!(k, F => F::gemm_f64())
+    }
+}
+
+/// Asks the cache for the 64-byte line at `p` (a hint: never faults, whatever the address).
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}

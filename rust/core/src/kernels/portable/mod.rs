@@ -1,0 +1,40 @@
+//! The portable family: plain Rust, correct on any CPU (`mul_add` is a fused multiply-add
+//! everywhere, in hardware where the CPU has it); generic code is compiled for the target's
+//! baseline.
+
+mod gemm;
+
+use super::{Family, GemmKernels};
+
+pub(super) struct Portable;
+
+impl Family for Portable {
+    fn supported() -> bool {
+        true
+    }
+
+    fn gemm_f32() -> GemmKernels<f32> {
+        GemmKernels {
+            mr: gemm::MR,
+            tile: gemm::kernel::<f32>,
+            wide: None,
+            stream: None,
+            pack_a_panel: None,
+        }
+    }
+
+    fn gemm_f64() -> GemmKernels<f64> {
+        GemmKernels {
+            mr: gemm::MR,
+            tile: gemm::kernel::<f64>,
+            wide: None,
+            stream: None,
+            pack_a_panel: None,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+}
