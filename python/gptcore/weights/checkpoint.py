@@ -53,7 +53,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from .config import GPTConfig
+from ..config import GPTConfig
 
 __all__ = [
     "INIT_SCHEMES",
