@@ -293,7 +293,7 @@ def known_bug(data: bytes) -> Optional[str]:
     - ``"huge-block-index"``: a tensor named ``h.<huge>.…`` makes ``infer_config`` list every
       missing block;
     - ``"float8"``: a tensor of dtype F8_E4M3 or F8_E5M2 makes safetensors' numpy reader raise
-      AttributeError (numpy has no float8), which ``weights._read_file`` lets through.
+      AttributeError (numpy has no float8), which ``weights.checkpoint._read_file`` lets through.
     """
     header, _, _ = split(data)
     if header is None:
