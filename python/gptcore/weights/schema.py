@@ -2,8 +2,8 @@
 
 ``_tensor_kinds(config)`` is the one place that lists the tensors of a configuration, as
 ``(name, shape, kind)``; :func:`expected_shapes`, ``validate`` and ``init_weights`` are built
-on it. Callers go through it (or :func:`expected_shapes`), so that the table can later come
-from the Rust core by changing this one function.
+on it. Callers go through it (or :func:`expected_shapes`); the table itself comes from the
+Rust core (``_native.tensor_schema``), where loading and exporting read it too.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .. import _native
 from ..config import GPTConfig
 
 __all__ = ["expected_shapes", "normalize_names"]
@@ -35,38 +36,10 @@ def _check_config(fn: str, config: Any) -> GPTConfig:
 
 
 def _tensor_kinds(config: GPTConfig) -> List[Tuple[str, Tuple[int, ...], str]]:
-    """Every tensor of ``config`` in canonical order, as ``(name, shape, kind)``.
-
-    ``kind`` groups the tensors that are initialised alike: ``wte``, ``wpe``, ``c_attn``,
-    ``attn_proj``, ``c_fc``, ``mlp_proj``, ``lm_head``, ``bias``, ``ln_weight``, ``ln_bias``.
-    """
-    d, f, V = config.d_model, config.d_ff, config.vocab_size
-    out: List[Tuple[str, Tuple[int, ...], str]] = [("wte.weight", (V, d), "wte")]
-    if config.pos == "learned":
-        out.append(("wpe.weight", (config.n_ctx, d), "wpe"))
-    for i in range(config.n_layers):
-        p = f"h.{i}."
-        if config.ln_affine:
-            out += [(p + "ln_1.weight", (d,), "ln_weight"), (p + "ln_1.bias", (d,), "ln_bias")]
-        out.append((p + "attn.c_attn.weight", (d, 3 * d), "c_attn"))
-        if config.attn_bias:
-            out.append((p + "attn.c_attn.bias", (3 * d,), "bias"))
-        out.append((p + "attn.c_proj.weight", (d, d), "attn_proj"))
-        if config.attn_bias:
-            out.append((p + "attn.c_proj.bias", (d,), "bias"))
-        if config.ln_affine:
-            out += [(p + "ln_2.weight", (d,), "ln_weight"), (p + "ln_2.bias", (d,), "ln_bias")]
-        out.append((p + "mlp.c_fc.weight", (d, f), "c_fc"))
-        if config.bias:
-            out.append((p + "mlp.c_fc.bias", (f,), "bias"))
-        out.append((p + "mlp.c_proj.weight", (f, d), "mlp_proj"))
-        if config.bias:
-            out.append((p + "mlp.c_proj.bias", (d,), "bias"))
-    if config.ln_affine:
-        out += [("ln_f.weight", (d,), "ln_weight"), ("ln_f.bias", (d,), "ln_bias")]
-    if not config.tied:
-        out.append(("lm_head.weight", (V, d), "lm_head"))
-    return out
+    """Every tensor of ``config`` in canonical order, as ``(name, shape, kind)``: the Rust
+    core's schema (``rust/core/src/decoder/schema.rs``), the one definition that loading,
+    exporting, validation, initialisation and these docs all use."""
+    return [(name, tuple(shape), kind) for name, shape, kind in _native.tensor_schema(config)]
 
 
 def expected_shapes(config: GPTConfig) -> Dict[str, Tuple[int, ...]]:
