@@ -1,4 +1,4 @@
-"""The decoder: :class:`Model`, :func:`forward`, :func:`load`, and :func:`softmax`."""
+"""The decoder: ``Model``, ``forward``, ``load``, and ``softmax``."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _check_run_alloc(config: GPTConfig, itemsize: int, b: int, t: int, logit_row
 class Model:
     """A GPT-style decoder with its weights packed for the Rust kernels.
 
-    ``weights`` is a mapping of numpy arrays named as in :mod:`gptcore.weights` (Hugging Face
+    ``weights`` is a mapping of numpy arrays named as in ``gptcore.weights`` (Hugging Face
     GPT-2 names; an optional ``"transformer."`` prefix is accepted). Without ``config`` the
     sizes are inferred from the shapes (``n_heads`` defaults to ``d_model // 64``). Every name,
     shape and dtype is checked once; the weights are converted to ``dtype`` (float32, the fast
@@ -232,7 +232,7 @@ class Model:
         return out[0] if one_d else out
 
     def loss(self, ids: Any, targets: Any = None, *, chunk: int = 256) -> float:
-        """Mean cross-entropy in nats over all predicted positions (see :meth:`token_logprobs`)."""
+        """Mean cross-entropy in nats over all predicted positions (see ``token_logprobs``)."""
         return float(-np.mean(self.token_logprobs(ids, targets, chunk=chunk)))
 
     def perplexity(self, ids: Any, targets: Any = None, *, chunk: int = 256) -> float:
@@ -241,7 +241,7 @@ class Model:
 
     # ---------------------------------------------------------------- generation
     def new_cache(self, batch: int = 1) -> "_native.NativeCache":
-        """An empty key/value cache for ``batch`` sequences (for :meth:`step`)."""
+        """An empty key/value cache for ``batch`` sequences (for ``step``)."""
         if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, (int, np.integer)):
             raise TypeError(f"new_cache: batch must be an int, got {type(batch).__name__}")
         if batch < 1:
@@ -278,7 +278,7 @@ class Model:
         stop_tokens: Optional[Iterable[int]] = None,
     ) -> Iterator[Union[int, np.ndarray]]:
         """Yield new tokens one step at a time (an ``int`` for a ``(T,)`` prompt, a ``(B,)``
-        array for a ``(B, T)`` prompt). Arguments as in :meth:`generate`."""
+        array for a ``(B, T)`` prompt). Arguments as in ``generate``."""
         for tok, _ in self._generate_iter(ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens):
             yield tok
 
@@ -384,14 +384,14 @@ class Model:
     def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Write the weights the model computes with (in its dtype, ``branch_scale`` applied) as
         a Hugging Face style folder (``config.json`` + ``model.safetensors``) or a
-        ``.safetensors`` file, so that :func:`load` gives back the same model."""
+        ``.safetensors`` file, so that ``load`` gives back the same model."""
         save_safetensors(self._native.export(), self._config, path)
 
 
 def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: Optional[GPTConfig] = None, **options: Any):
     """One-call forward pass: ``Model(weights, config).forward(ids, ...)``.
 
-    ``weights`` may be a :class:`Model` (then ``config`` must be None). Options for the model
+    ``weights`` may be a ``Model`` (then ``config`` must be None). Options for the model
     (``dtype``, ``branch_scale``, ``n_heads``) and for the pass (``logits``, ``causal``,
     ``return_hidden``) may be mixed.
     """
@@ -409,7 +409,7 @@ def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: O
 
 def load(path: Union[str, "os.PathLike[str]"], *, dtype: Any = "float32", n_heads: Optional[int] = None) -> Model:
     """Load a Hugging Face GPT-2 checkpoint folder (``config.json`` + ``model.safetensors``) or
-    a ``.safetensors`` file into a :class:`Model`. Pickle checkpoints are refused."""
+    a ``.safetensors`` file into a ``Model``. Pickle checkpoints are refused."""
     weights, config = load_safetensors(path, n_heads=n_heads)
     return Model(weights, config, dtype=dtype, n_heads=n_heads)
 

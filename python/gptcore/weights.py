@@ -30,14 +30,14 @@ Orientation: every projection is applied as ``x @ W + b`` with ``W`` of shape
 tensors are used without transposing. Only the embedding tables and the LM head are stored
 ``(rows, d)``.
 
-Accepted dtypes: float32 and float64 are used as given (never copied by :func:`validate`);
+Accepted dtypes: float32 and float64 are used as given (never copied by ``validate``);
 float16 and bfloat16 (an ``ml_dtypes`` array, or a ``BF16`` tensor in a safetensors file) are
 converted exactly to float32. Integer, boolean, complex and other types raise ``TypeError``.
 NaN and infinite values are allowed; they propagate through the forward pass.
 
 Real GPT-2 checkpoints also carry non-parameter buffers: ``h.{i}.attn.bias`` (the causal mask,
 shape ``(1, 1, n, n)``; not to be confused with the parameter ``h.{i}.attn.c_attn.bias``) and
-``h.{i}.attn.masked_bias``. :func:`normalize_names` drops them, strips the prefix, and drops a
+``h.{i}.attn.masked_bias``. ``normalize_names`` drops them, strips the prefix, and drops a
 ``lm_head.weight`` equal to ``wte.weight`` (a tied head stored twice).
 """
 
@@ -69,7 +69,7 @@ __all__ = [
 Weights = Dict[str, np.ndarray]
 PathLike = Union[str, "os.PathLike[str]"]
 
-#: The schemes :func:`init_weights` knows.
+#: The schemes ``init_weights`` knows.
 INIT_SCHEMES = ("gpt2", "lesson", "xavier", "kaiming")
 
 _PREFIX = "transformer."
@@ -134,10 +134,11 @@ def expected_shapes(config: GPTConfig) -> Dict[str, Tuple[int, ...]]:
     """The name and shape of every tensor a model with ``config`` needs, in canonical order
     (embeddings, blocks in order, final LayerNorm, head).
 
-    >>> from gptcore.config import GPTConfig
-    >>> shapes = expected_shapes(GPTConfig.preset("gpt2"))
-    >>> len(shapes), shapes["h.0.attn.c_attn.weight"]
-    (148, (768, 2304))
+    Examples:
+        >>> from gptcore.config import GPTConfig
+        >>> shapes = expected_shapes(GPTConfig.preset("gpt2"))
+        >>> len(shapes), shapes["h.0.attn.c_attn.weight"]
+        (148, (768, 2304))
     """
     _check_config("expected_shapes", config)
     return {name: shape for name, shape, _ in _tensor_kinds(config)}
@@ -239,7 +240,7 @@ def _hint(name: str, config: GPTConfig) -> str:
 
 def validate(weights: Mapping[str, np.ndarray], config: GPTConfig) -> Weights:
     """Check ``weights`` against ``config`` and return them normalized (see
-    :func:`normalize_names`; float16/bfloat16 converted to float32, other arrays not copied).
+    ``normalize_names``; float16/bfloat16 converted to float32, other arrays not copied).
 
     Raises ``ValueError`` listing every missing, unexpected or misshaped tensor with its
     expected and actual shape, and ``TypeError`` for a non-float dtype.
@@ -305,14 +306,14 @@ def infer_config(
     n_ctx: int = 1024,
     ln_eps: float = 1e-5,
 ) -> GPTConfig:
-    """The :class:`GPTConfig` that the tensor shapes imply.
+    """The ``GPTConfig`` that the tensor shapes imply.
 
     Shapes give the vocabulary, widths, depth, the MLP width, whether positions are learned
     (``wpe.weight`` present; otherwise sinusoidal with context ``n_ctx``), whether the head is
     tied (no ``lm_head.weight``, or one equal to ``wte.weight``) and which biases and LayerNorm
     affines exist. They cannot give the number of heads: pass ``n_heads``; the default is
     ``d_model // 64`` (GPT-2's head width) when 64 divides ``d_model``. The result is checked
-    with :func:`validate`.
+    with ``validate``.
     """
     w = _normalize(weights, "infer_config", drop_tied_head=True)
     if "wte.weight" not in w:
@@ -396,7 +397,7 @@ def init_weights(
     scheme: str = "gpt2",
     dtype: Any = "float64",
 ) -> Weights:
-    """Fresh random weights for ``config``: exactly the tensors of :func:`expected_shapes`.
+    """Fresh random weights for ``config``: exactly the tensors of ``expected_shapes``.
 
     Biases are 0, LayerNorm weights 1 and biases 0 in every scheme. Random tensors are
     ``numpy.random.default_rng(seed).standard_normal(shape) * std``, drawn in canonical order
@@ -678,13 +679,13 @@ def load_safetensors(
 
     A folder holds ``model.safetensors`` (or the shards named by
     ``model.safetensors.index.json``) and usually ``config.json``, from which the
-    :class:`GPTConfig` is read (``n_layer``, ``n_embd``, ``n_head``, ``n_positions``,
+    ``GPTConfig`` is read (``n_layer``, ``n_embd``, ``n_head``, ``n_positions``,
     ``vocab_size``, ``n_inner``, ``layer_norm_epsilon``, ``tie_word_embeddings``). A file
-    written by :func:`save_safetensors` carries its configuration in the metadata. Without
+    written by ``save_safetensors`` carries its configuration in the metadata. Without
     either, the configuration is inferred from the shapes when ``n_heads`` is given, else it is
     ``None``. ``n_heads`` must agree with a stored configuration.
 
-    Returns ``(weights, config)``: the weights normalized (see :func:`normalize_names`) and,
+    Returns ``(weights, config)``: the weights normalized (see ``normalize_names``) and,
     when ``config`` is known, validated against it. Files are read through
     ``safetensors.safe_open`` (memory-mapped; nothing is unpickled).
 
@@ -769,7 +770,7 @@ def save_safetensors(
     *,
     dtype: Any = None,
 ) -> Path:
-    """Write ``weights`` (checked against ``config``) so that :func:`load_safetensors` reads
+    """Write ``weights`` (checked against ``config``) so that ``load_safetensors`` reads
     them back, and return the path written.
 
     A path ending in ``.safetensors`` becomes one file whose metadata holds the configuration.
