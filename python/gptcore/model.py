@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _native
 from ._memory import check_alloc
+from ._checks import dtype_name
 from .config import GPTConfig
 from .weights import infer_config, load_safetensors, save_safetensors, validate
 
@@ -18,14 +19,8 @@ __all__ = ["Model", "forward", "load", "softmax"]
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
-def _dtype_name(dtype: Any) -> str:
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        raise TypeError(f"dtype must be 'float32' or 'float64', got {dtype!r}") from None
-    if name not in _DTYPES:
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {name!r}")
-    return name
+def _dtype_name(dtype: Any, fn: str = "Model") -> str:
+    return dtype_name(fn, dtype, tuple(_DTYPES))
 
 
 def _check_ids(ids: Any, config: GPTConfig, what: str = "ids") -> Tuple[np.ndarray, bool]:
@@ -93,9 +88,9 @@ class Model:
             raise TypeError(f"Model: config must be a GPTConfig or None, got {type(config).__name__}")
         elif n_heads is not None and n_heads != config.n_heads:
             raise ValueError(f"Model: n_heads={n_heads!r} disagrees with config.n_heads={config.n_heads}")
-        if (isinstance(branch_scale, (bool, np.bool_))
-                or not isinstance(branch_scale, (int, float, np.integer, np.floating))
-                or not math.isfinite(branch_scale)):
+        if isinstance(branch_scale, (bool, np.bool_)) or not isinstance(branch_scale, (int, float, np.integer, np.floating)):
+            raise TypeError(f"Model: branch_scale must be a number, got {type(branch_scale).__name__}")
+        if not math.isfinite(branch_scale):
             raise ValueError(f"Model: branch_scale must be a finite number, got {branch_scale!r}")
         name = _dtype_name(dtype)
         checked = validate(weights, config)

@@ -53,6 +53,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from ._checks import dtype_name
 from .config import GPTConfig
 
 __all__ = [
@@ -421,12 +422,7 @@ def init_weights(
         raise TypeError(f"init_weights: seed must be a non-negative int, got {seed!r}")
     if scheme not in INIT_SCHEMES:
         raise ValueError(f"init_weights: scheme must be one of {', '.join(map(repr, INIT_SCHEMES))}, got {scheme!r}")
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"init_weights: dtype must be 'float32' or 'float64', got {dtype!r}")
+    dt = np.dtype(dtype_name("init_weights", dtype))
     rng = np.random.default_rng(int(seed))
     out: Weights = {}
     for name, shape, kind in _tensor_kinds(config):
@@ -786,12 +782,7 @@ def save_safetensors(
     _check_config("save_safetensors", config)
     w = validate(weights, config)
     if dtype is not None:
-        try:
-            dt = np.dtype(dtype)
-        except TypeError:
-            dt = None
-        if dt not in (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)):
-            raise TypeError(f"save_safetensors: dtype must be None, 'float16', 'float32' or 'float64', got {dtype!r}")
+        dt = np.dtype(dtype_name("save_safetensors", dtype, ("float16", "float32", "float64")))
         w = {k: v.astype(dt, copy=False) for k, v in w.items()}
     try:
         p = Path(os.fspath(path))
