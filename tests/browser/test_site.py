@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import WIDTHS, set_width, site_pages
+from _site import WIDTHS, set_width, site_pages
 
 PAGES = site_pages()
 
