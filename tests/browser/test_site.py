@@ -170,6 +170,8 @@ def test_copy_button_copies_runnable_code(driver, base_url, page):
             expected = _code_lines(b["lang"], b["shown"])
             if copied.rstrip() != expected:
                 problems.append(f"{where}: copied\n{copied!r}\nexpected the code without prompts or output\n{expected!r}")
+        elif copied.rstrip() != b["shown"].rstrip():
+            problems.append(f"{where}: copied\n{copied!r}\nnot the code shown\n{b['shown']!r}")
         if b["lang"] in ("pycon", "python", "py") and not b["signature"]:
             try:
                 compile(copied, f"{page}{where}", "exec")
