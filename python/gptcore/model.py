@@ -217,7 +217,9 @@ class Model:
             if tgt.shape != arr.shape:
                 raise ValueError(f"token_logprobs: targets must have the shape of ids {arr.shape}, got {tgt.shape}")
             inputs = arr
-        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)):
+            raise TypeError(f"token_logprobs: chunk must be a positive int, got {type(chunk).__name__} {chunk!r}")
+        if chunk < 1:
             raise ValueError(f"token_logprobs: chunk must be a positive int, got {chunk!r}")
         rows = inputs.shape[0] * inputs.shape[1]
         _check_run_alloc(self._config, self.dtype.itemsize, inputs.shape[0], inputs.shape[1], min(int(chunk), rows),

@@ -418,8 +418,10 @@ def init_weights(
       ``branch_scale`` does that).
     """
     _check_config("init_weights", config)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise TypeError(f"init_weights: seed must be a non-negative int, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"init_weights: seed must be a non-negative int, got {type(seed).__name__} {seed!r}")
+    if seed < 0:
+        raise ValueError(f"init_weights: seed must be a non-negative int, got {seed!r}")
     if scheme not in INIT_SCHEMES:
         raise ValueError(f"init_weights: scheme must be one of {', '.join(map(repr, INIT_SCHEMES))}, got {scheme!r}")
     dt = np.dtype(dtype_name("init_weights", dtype))
