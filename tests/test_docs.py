@@ -4,16 +4,24 @@ Every ``pycon`` code block in ``docs/*.md`` (a doctest: ``>>>`` prompts and the 
 output, highlighted as a console session on the site) and every plain ``python`` block is
 executed with Sybil, in page order, in one namespace per page. A doctest's printed output is
 compared with what the page shows, so a changed number fails the test. The figure blocks
-(``python exec="on"``, rendered by markdown-exec when the site is built) are run here too, with
-matplotlib's Agg backend, so a broken figure is caught without building the site.
+(``python exec="on"``, rendered by markdown-exec when the site is built) are run here too, each
+on its own as a reader would run its "Source" tab, so a broken figure is caught without
+building the site. The docstrings' examples are run as doctests, and every ``console`` block
+(``$ gptcore ...`` and its output) is run and its output compared with the page.
 """
 
 from __future__ import annotations
 
 import doctest
+import importlib
+import importlib.util
+import pkgutil
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -83,30 +91,135 @@ def test_examples_are_checked():
 _EXEC_BLOCK = re.compile(r"^```python (?P<info>[^\n]*exec=\"on\"[^\n]*)\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 
 
-def _exec_blocks(name: str) -> Dict[str, List[str]]:
-    """The page's markdown-exec Python blocks, grouped by session (as markdown-exec runs them)."""
+def _exec_blocks(name: str) -> List[Tuple[str, str]]:
+    """The page's markdown-exec Python blocks: (info string, code)."""
     text = (DOCS / name).read_text(encoding="utf-8")
-    sessions: Dict[str, List[str]] = {}
-    for i, m in enumerate(_EXEC_BLOCK.finditer(text)):
-        s = re.search(r'session="([^"]+)"', m.group("info"))
-        key = s.group(1) if s else f"__block{i}"
-        sessions.setdefault(key, []).append(m.group("body"))
-    return sessions
+    return [(m.group("info"), m.group("body")) for m in _EXEC_BLOCK.finditer(text)]
+
+
+def _hooks():
+    spec = importlib.util.spec_from_file_location("gptcore_docs_hooks", DOCS / "_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 FIGURE_PAGES = [p for p in PAGES if _exec_blocks(p)]
 
 
+def test_figure_pages_found():
+    assert {"lesson14.md", "exercises.md"} <= set(FIGURE_PAGES)
+
+
 @pytest.mark.parametrize("page", FIGURE_PAGES)
-def test_figure_blocks_run(page, capsys):
-    import matplotlib
+def test_figure_sources_are_complete(page):
+    """Every figure block is shown ("Source" tab) and is the whole program: no session shared
+    with hidden blocks, no helper defined elsewhere; it ends by showing the figure."""
+    for info, body in _exec_blocks(page):
+        assert "session=" not in info, f"{page}: a figure block shares a session: {info}"
+        assert re.search(r'source="[^"]+"', info), f"{page}: a figure block hides its source: {info}"
+        assert body.rstrip().endswith("plt.show()"), f"{page}: a figure block does not end in plt.show()"
 
-    matplotlib.use("Agg")
-    for session, blocks in _exec_blocks(page).items():
-        namespace: Dict[str, object] = {"__name__": "__main__"}
-        for body in blocks:
-            exec(compile(body, f"{page}[{session}]", "exec"), namespace)
-    out = capsys.readouterr().out
-    if "<svg" in out:
-        assert out.count("<svg") == out.count("</svg>")
 
+@pytest.mark.parametrize("page", FIGURE_PAGES)
+def test_figure_blocks_run(page):
+    """Each figure block runs on its own (a fresh namespace, as a reader would run it) and
+    draws at least one figure, rendered as the site renders it: inline SVG with a transparent
+    background and the theme's colours (no hard black or white)."""
+    hooks = _hooks()
+    hooks.install_figure_show()
+    for i, (_, body) in enumerate(_exec_blocks(page)):
+        printed: List[str] = []
+        namespace: Dict[str, object] = {"__name__": "__main__", "print": lambda *a, **k: printed.append(" ".join(map(str, a)))}
+        exec(compile(body, f"{page}[figure {i + 1}]", "exec"), namespace)
+        out = "\n".join(printed)
+        assert out.count("<svg") >= 1 and out.count("<svg") == out.count("</svg>"), f"{page}: figure {i + 1} drew nothing"
+        assert "#000000" not in out and "#ffffff" not in out, f"{page}: figure {i + 1} has fixed black or white"
+        assert "currentColor" in out
+
+
+# ------------------------------------------------------------------------------------------
+# Docstrings: their examples run, and they read well in help() and on the API page
+
+
+def _modules():
+    import gptcore
+
+    names = sorted(m.name for m in pkgutil.iter_modules(gptcore.__path__) if not m.name.startswith("__"))
+    return [importlib.import_module(f"gptcore.{n}") for n in names]
+
+
+def test_docstring_examples():
+    """The ``>>>`` examples in the docstrings (rendered as code blocks on the API page) are
+    doctests, and pass."""
+    attempted = 0
+    failures = []
+    for module in _modules():
+        finder = doctest.DocTestFinder()
+        runner = doctest.DocTestRunner(optionflags=_FLAGS)
+        for test in finder.find(module):
+            result = runner.run(test, out=failures.append)
+            attempted += result.attempted
+    assert not failures, "".join(failures)
+    assert attempted >= 20, attempted
+
+
+_SPHINX_ROLE = re.compile(r":(?:func|meth|class|mod|data|attr|exc|obj|const|ref|py:\w+):`")
+
+
+def test_docstrings_have_no_sphinx_roles():
+    """``help()`` shows a docstring as written: names are plain ``code``, not ``:class:`X```."""
+    offenders = []
+    for module in _modules():
+        for obj in [module] + [getattr(module, n) for n in dir(module)]:
+            doc = getattr(obj, "__doc__", None)
+            ours = obj is module or str(getattr(obj, "__module__", "")).startswith("gptcore")
+            if ours and isinstance(doc, str) and _SPHINX_ROLE.search(doc):
+                offenders.append(getattr(obj, "__qualname__", getattr(obj, "__name__", repr(obj))))
+    for path in (DOCS.parent / "python" / "gptcore").glob("*.py"):
+        if _SPHINX_ROLE.search(path.read_text(encoding="utf-8")):
+            offenders.append(path.name)
+    assert not offenders, offenders
+
+
+# ------------------------------------------------------------------------------------------
+# Shell sessions: ``console`` blocks show ``$ gptcore ...`` and its output; the output shown
+# is the output the command prints.
+
+_CONSOLE_BLOCK = re.compile(r"^```console\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+
+
+def _console_sessions():
+    sessions = []
+    for page in PAGES:
+        text = (DOCS / page).read_text(encoding="utf-8")
+        for m in _CONSOLE_BLOCK.finditer(text):
+            line = text[: m.start()].count("\n") + 1
+            command, shown = None, []
+            for row in m.group("body").splitlines():
+                if row.startswith("$ "):
+                    if command is not None:
+                        sessions.append((f"{page}:{line}", command, shown))
+                    command, shown = row[2:], []
+                else:
+                    shown.append(row)
+            assert command is not None, f"{page}:{line}: a console block without a $ command"
+            sessions.append((f"{page}:{line}", command, shown))
+    return sessions
+
+
+CONSOLE_SESSIONS = _console_sessions()
+
+
+def test_console_sessions_found():
+    assert any(cmd.startswith("gptcore info") for _, cmd, _ in CONSOLE_SESSIONS)
+
+
+@pytest.mark.parametrize("where,command,shown", CONSOLE_SESSIONS, ids=[s[0] for s in CONSOLE_SESSIONS])
+def test_console_session_output(where, command, shown):
+    argv = shlex.split(command)
+    assert argv[0] == "gptcore", f"{where}: only gptcore commands are run here, not {argv[0]!r}"
+    result = subprocess.run([sys.executable, "-m", "gptcore", *argv[1:]], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{where}: {command!r} failed:\n{result.stderr}"
+    printed = [row.rstrip() for row in result.stdout.rstrip("\n").splitlines()]
+    assert printed == [row.rstrip() for row in shown], f"{where}: the page shows a different output for {command!r}"

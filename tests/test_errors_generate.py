@@ -164,9 +164,9 @@ LOGPROB_BAD = [
     ({"targets": IDS.astype(object)}, TypeError, "targets"),
     ({"chunk": 0}, ValueError, "chunk"),
     ({"chunk": -5}, ValueError, "chunk"),
-    ({"chunk": 2.5}, ValueError, "chunk"),
-    ({"chunk": True}, ValueError, "chunk"),
-    ({"chunk": None}, ValueError, "chunk"),
+    ({"chunk": 2.5}, TypeError, "chunk"),
+    ({"chunk": True}, TypeError, "chunk"),
+    ({"chunk": None}, TypeError, "chunk"),
     ({"ids": np.zeros(17, np.int64)}, ValueError, "n_ctx"),
     ({"ids": IDS.astype(float)}, TypeError, "ids"),
 ]

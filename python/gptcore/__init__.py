@@ -42,6 +42,15 @@ from .weights import expected_shapes, infer_config, init_weights, load_safetenso
 
 __version__ = "0.1.0"
 
+# GPTCORE_KERNEL and GPTCORE_NUM_THREADS: a value the core would silently ignore is warned
+# about once, here (see gptcore/_env.py).
+import os as _os
+
+from . import _env, _native
+
+_env.check(_os.environ, _native)
+del _os
+
 __all__ = [
     "ChinchillaBudget",
     "FlopCount",

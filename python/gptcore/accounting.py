@@ -1,19 +1,20 @@
 """Exact model accounting: parameters, FLOPs per token, logits memory, Chinchilla budget.
 
-Every count is an exact integer computed from a :class:`~gptcore.config.GPTConfig`; ratios are
+Every count is an exact integer computed from a ``gptcore.config.GPTConfig``; ratios are
 computed with the same operations, in the same order, as the lessons, so they print the
 lessons' digits.
 
 Lesson 14 counts "weight matrices and FFN biases, LayerNorm affines listed, attention biases
-omitted"; :func:`lesson14_counting` turns any config into that convention:
+omitted"; ``lesson14_counting`` turns any config into that convention:
 
->>> from gptcore.config import GPTConfig
->>> param_count(lesson14_counting(GPTConfig.preset("lesson14"))).total
-205440
->>> param_count(lesson14_counting(GPTConfig.preset("gpt2"))).total
-124402944
->>> param_count(GPTConfig.preset("gpt2")).total  # with the attention biases: the published size
-124439808
+Examples:
+    >>> from gptcore.config import GPTConfig
+    >>> param_count(lesson14_counting(GPTConfig.preset("lesson14"))).total
+    205440
+    >>> param_count(lesson14_counting(GPTConfig.preset("gpt2"))).total
+    124402944
+    >>> param_count(GPTConfig.preset("gpt2")).total  # with the attention biases: the published size
+    124439808
 """
 
 from __future__ import annotations
@@ -114,10 +115,11 @@ def param_count(config: GPTConfig, *, include_blocks: bool = True) -> ParamCount
     ``include_blocks=False`` leaves the blocks out (placeholders, as in LM4-T1's skeleton:
     ``param_count(GPTConfig.preset("lm4-skeleton"), include_blocks=False).total == 66112``).
 
-    >>> from gptcore.config import GPTConfig
-    >>> c = param_count(GPTConfig.preset("gpt2"))
-    >>> c.per_block, c.blocks, c.total
-    (7087872, 85054464, 124439808)
+    Examples:
+        >>> from gptcore.config import GPTConfig
+        >>> c = param_count(GPTConfig.preset("gpt2"))
+        >>> c.per_block, c.blocks, c.total
+        (7087872, 85054464, 124439808)
     """
     cfg = _check_config("param_count", config)
     if not isinstance(include_blocks, bool):
@@ -182,13 +184,14 @@ class FlopCount:
 def flops_per_token(config: GPTConfig, T: Optional[int] = None) -> FlopCount:
     """FLOPs per token at context length ``T`` (default ``config.n_ctx``).
 
-    Uses the block parameters of :func:`param_count` for ``config``, so pass
-    :func:`lesson14_counting` of a config to reproduce the lesson's numbers:
+    Uses the block parameters of ``param_count`` for ``config``, so pass
+    ``lesson14_counting`` of a config to reproduce the lesson's numbers:
 
-    >>> from gptcore.config import GPTConfig
-    >>> f = flops_per_token(lesson14_counting(GPTConfig.preset("gpt2")), T=1024)
-    >>> f.forward, f.training, f.attention, f.attention_percent, f.crossover_T
-    (247229952, 741689856, 37748736, 15.268674242188906, 3072)
+    Examples:
+        >>> from gptcore.config import GPTConfig
+        >>> f = flops_per_token(lesson14_counting(GPTConfig.preset("gpt2")), T=1024)
+        >>> f.forward, f.training, f.attention, f.attention_percent, f.crossover_T
+        (247229952, 741689856, 37748736, 15.268674242188906, 3072)
     """
     cfg = _check_config("flops_per_token", config)
     T = cfg.n_ctx if T is None else _check_int("flops_per_token", "T", T)
@@ -225,9 +228,10 @@ class LogitsMemory:
 def logits_memory(B: int, n: int, V: int, bytes: int = 4) -> LogitsMemory:
     """Size of the logits of a batch: ``B * n * V`` entries of ``bytes`` bytes (4: float32).
 
-    >>> m = logits_memory(8, 1024, 50257)
-    >>> m.entries, round(m.gigabytes, 1)
-    (411705344, 1.6)
+    Examples:
+        >>> m = logits_memory(8, 1024, 50257)
+        >>> m.entries, round(m.gigabytes, 1)
+        (411705344, 1.6)
     """
     fn = "logits_memory"
     return LogitsMemory(
@@ -257,9 +261,10 @@ def chinchilla(params: int, *, tokens_per_param: int = 20, bits_per_token: float
                bits_per_param: int = 32) -> ChinchillaBudget:
     """D = 20 P tokens and C = 6 P D FLOPs (and the bits comparison of Lesson 14).
 
-    >>> b = chinchilla(124402944)
-    >>> b.tokens, f"{b.compute:.2e}", f"{b.parameter_bits:.2e}", f"{b.data_bits:.2e}", b.bits_ratio
-    (2488058880, '1.86e+18', '3.98e+09', '1.24e+10', 3.125)
+    Examples:
+        >>> b = chinchilla(124402944)
+        >>> b.tokens, f"{b.compute:.2e}", f"{b.parameter_bits:.2e}", f"{b.data_bits:.2e}", b.bits_ratio
+        (2488058880, '1.86e+18', '3.98e+09', '1.24e+10', 3.125)
     """
     fn = "chinchilla"
     P = _check_int(fn, "params", params)

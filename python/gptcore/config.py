@@ -1,4 +1,4 @@
-"""Model configuration: :class:`GPTConfig` and the presets of the lessons and of GPT-2."""
+"""Model configuration: ``GPTConfig`` and the presets of the lessons and of GPT-2."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ class GPTConfig:
     (``None``: same as ``bias``). ``ln_affine`` switches LayerNorm's gamma and beta.
     ``tied``: the LM head reuses the token embedding.
 
-    >>> GPTConfig.preset("gpt2").d_head
-    64
+    Examples:
+        >>> GPTConfig.preset("gpt2").d_head
+        64
     """
 
     vocab_size: int
@@ -92,7 +93,7 @@ class GPTConfig:
 
     @classmethod
     def preset(cls, name: str) -> "GPTConfig":
-        """One of :data:`PRESETS`: ``"gpt2"``, ``"gpt2-medium"``, ``"gpt2-large"``,
+        """One of ``PRESETS``: ``"gpt2"``, ``"gpt2-medium"``, ``"gpt2-large"``,
         ``"gpt2-xl"``, ``"lesson14"``, ``"lm4-skeleton"``."""
         if not isinstance(name, str):
             raise TypeError(f"GPTConfig.preset: name must be a str, got {type(name).__name__}")

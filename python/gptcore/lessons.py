@@ -1,24 +1,25 @@
 """The lessons' models and numbers, reproduced exactly.
 
 Lessons 13 and 14 ran in rustlab (f64 arithmetic, 1-based token ids). This module rebuilds
-their weights from the same random stream (:class:`RustlabRng`) and recomputes their forward
-passes with the same order of operations (:func:`textbook_forward`), so every printed value can
+their weights from the same random stream (``RustlabRng``) and recomputes their forward
+passes with the same order of operations (``textbook_forward``), so every printed value can
 be checked: bit for bit for Lesson 13's block, to 1e-12 relative for Lesson 14 (the lesson was
 printed on a machine whose libm ``tanh`` differs from glibc's in the last ulp).
 
 The arithmetic of the textbook path, exactly as the lessons do it:
 
 * matrix products: one accumulator per output element, starting at 0 and running over
-  k = 0, 1, ..., K-1 with fused multiply-add (:func:`gptcore.matmul_reference`, or the pure
-  Python :func:`fma_matmul`);
+  k = 0, 1, ..., K-1 with fused multiply-add (``gptcore.matmul_reference``, or the pure
+  Python ``fma_matmul``);
 * every other sum (LayerNorm mean and variance, softmax denominators, norms): plain
   left-to-right;
-* ``exp``, ``tanh``, ``sin``, ``cos``, ``pow``: the C library's (Python's :mod:`math`), one
+* ``exp``, ``tanh``, ``sin``, ``cos``, ``pow``: the C library's (Python's ``math``), one
   element at a time.
 
->>> ids = to_zero_based(LESSON14_IDS_1BASED)
->>> ids.tolist()
-[6, 12, 6, 20, 12, 4, 8, 6]
+Examples:
+    >>> ids = to_zero_based(LESSON14_IDS_1BASED)
+    >>> ids.tolist()
+    [6, 12, 6, 20, 12, 4, 8, 6]
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ LESSON14_IDS_1BASED = [7, 13, 7, 21, 13, 5, 9, 7]
 def to_zero_based(ids: Any) -> np.ndarray:
     """Convert the lessons' 1-based token ids to gptcore's 0-based ids (a new int64 array).
 
-    >>> to_zero_based([1, 50]).tolist()
-    [0, 49]
+    Examples:
+        >>> to_zero_based([1, 50]).tolist()
+        [0, 49]
     """
     arr = np.asarray(ids)
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
@@ -110,11 +112,12 @@ def lesson14_weights(seed: int = 14) -> Dict[str, np.ndarray]:
     ``[W_Q | W_K | W_V]``, ``attn.c_proj.weight`` = ``W_O``, ``mlp.c_fc.weight`` = ``W_ff1``,
     ``mlp.c_proj.weight`` = ``W_ff2``; ``lm_head.weight`` = ``W_U.T`` (V, d). No biases, no
     LayerNorm parameters, no ``wpe`` (the positions are sinusoidal); use it with
-    :func:`lesson14_config`.
+    ``lesson14_config``.
 
-    >>> w = lesson14_weights()
-    >>> w["h.0.attn.c_attn.weight"].shape, w["lm_head.weight"].shape
-    ((64, 192), (50, 64))
+    Examples:
+        >>> w = lesson14_weights()
+        >>> w["h.0.attn.c_attn.weight"].shape, w["lm_head.weight"].shape
+        ((64, 192), (50, 64))
     """
     draws = lesson14_draws(seed)
     w: Dict[str, np.ndarray] = {"wte.weight": draws["E_tok"]}
@@ -175,7 +178,7 @@ def _fma(a: float, b: float, c: float) -> float:
 def fma_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` in pure Python: each element ``acc = fma(a[i, k], b[k, j], acc)`` for
     k = 0..K-1 from ``acc = 0``. Slow (exact rationals); an independent check of
-    :func:`gptcore.matmul_reference` on small matrices."""
+    ``gptcore.matmul_reference`` on small matrices."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
@@ -314,7 +317,7 @@ def textbook_block(
     Heads are consecutive column slices of ``Q``, ``K``, ``V``; scores are scaled by
     ``1 / sqrt(d_k)``, then the causal mask (-1e9 above the diagonal) is added. Returns
     ``H_out``, or ``(H_mid, H_out)`` with ``return_mid=True``. ``matmul`` replaces the
-    products (default :func:`gptcore.matmul_reference`; :func:`fma_matmul` is the pure Python
+    products (default ``gptcore.matmul_reference``; ``fma_matmul`` is the pure Python
     equivalent).
     """
     H = np.asarray(H, dtype=np.float64)
@@ -331,7 +334,7 @@ def textbook_block(
 
 
 class TextbookResult(dict):
-    """The outputs of :func:`textbook_forward`: ``logits`` (T, V), ``hidden`` (N + 1, T, d)
+    """The outputs of ``textbook_forward``: ``logits`` (T, V), ``hidden`` (N + 1, T, d)
     (the stream before block 0 and after each block), ``H_f`` (after the final LayerNorm) and
     ``norms`` (the Frobenius norm of each ``hidden[l]``). Keys are also attributes."""
 
@@ -352,18 +355,19 @@ def textbook_forward(
 ) -> TextbookResult:
     """A slow, plain float64 forward pass with the lessons' order of operations.
 
-    ``ids``: 0-based token ids, shape (T,) (see :func:`to_zero_based`). ``weights``: a gptcore
-    weight mapping (Hugging Face names, as :func:`lesson14_weights` returns); ``config``
-    defaults to :func:`lesson14_config`. ``branch_scale`` multiplies the attention and MLP
+    ``ids``: 0-based token ids, shape (T,) (see ``to_zero_based``). ``weights``: a gptcore
+    weight mapping (Hugging Face names, as ``lesson14_weights`` returns); ``config``
+    defaults to ``lesson14_config``. ``branch_scale`` multiplies the attention and MLP
     output projections (the lesson's ``1 / sqrt(2N)``).
 
     Biases (added after the product), LayerNorm affines (``xhat * gamma + beta``) and learned
     positions are supported, so the path also serves as a float64 reference for GPT-2-style
     weights; the bit-for-bit claims hold for the lesson's configuration.
 
-    >>> r = textbook_forward(to_zero_based(LESSON14_IDS_1BASED), lesson14_weights())
-    >>> r.logits.shape, r.hidden.shape
-    ((8, 50), (5, 8, 64))
+    Examples:
+        >>> r = textbook_forward(to_zero_based(LESSON14_IDS_1BASED), lesson14_weights())
+        >>> r.logits.shape, r.hidden.shape
+        ((8, 50), (5, 8, 64))
     """
     cfg = lesson14_config() if config is None else config
     if not isinstance(cfg, GPTConfig):

@@ -40,15 +40,16 @@ def matmul(a: np.ndarray, b: Union[np.ndarray, PackedMatrix], *, kernel: Optiona
     """Return ``a @ b`` as a new C-contiguous array of the inputs' dtype.
 
     Every output element is one fused multiply-add chain over k = 0, 1, ..., K-1 in ascending
-    order, so the result is bit-identical to :func:`matmul_reference` whatever the kernel,
+    order, so the result is bit-identical to ``matmul_reference`` whatever the kernel,
     the block sizes or the thread count. ``a`` may have any strides (transposed views
-    included); ``b`` may be a :class:`PackedMatrix` packed once and reused.
+    included); ``b`` may be a ``PackedMatrix`` packed once and reused.
 
-    >>> import numpy as np, gptcore
-    >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
-    >>> gptcore.matmul(a, a.T)
-    array([[ 5., 14.],
-           [14., 50.]], dtype=float32)
+    Examples:
+        >>> import numpy as np, gptcore
+        >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        >>> gptcore.matmul(a, a.T)
+        array([[ 5., 14.],
+               [14., 50.]], dtype=float32)
     """
     _check_operand("a", a)
     if isinstance(b, PackedMatrix):

@@ -1,4 +1,4 @@
-"""The decoder: :class:`Model`, :func:`forward`, :func:`load`, and :func:`softmax`."""
+"""The decoder: ``Model``, ``forward``, ``load``, and ``softmax``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _native
 from ._memory import check_alloc
+from ._checks import dtype_name
 from .config import GPTConfig
 from .weights import infer_config, load_safetensors, save_safetensors, validate
 
@@ -18,14 +19,8 @@ __all__ = ["Model", "forward", "load", "softmax"]
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
-def _dtype_name(dtype: Any) -> str:
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        raise TypeError(f"dtype must be 'float32' or 'float64', got {dtype!r}") from None
-    if name not in _DTYPES:
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {name!r}")
-    return name
+def _dtype_name(dtype: Any, fn: str = "Model") -> str:
+    return dtype_name(fn, dtype, tuple(_DTYPES))
 
 
 def _check_ids(ids: Any, config: GPTConfig, what: str = "ids") -> Tuple[np.ndarray, bool]:
@@ -63,7 +58,7 @@ def _check_run_alloc(config: GPTConfig, itemsize: int, b: int, t: int, logit_row
 class Model:
     """A GPT-style decoder with its weights packed for the Rust kernels.
 
-    ``weights`` is a mapping of numpy arrays named as in :mod:`gptcore.weights` (Hugging Face
+    ``weights`` is a mapping of numpy arrays named as in ``gptcore.weights`` (Hugging Face
     GPT-2 names; an optional ``"transformer."`` prefix is accepted). Without ``config`` the
     sizes are inferred from the shapes (``n_heads`` defaults to ``d_model // 64``). Every name,
     shape and dtype is checked once; the weights are converted to ``dtype`` (float32, the fast
@@ -93,9 +88,9 @@ class Model:
             raise TypeError(f"Model: config must be a GPTConfig or None, got {type(config).__name__}")
         elif n_heads is not None and n_heads != config.n_heads:
             raise ValueError(f"Model: n_heads={n_heads!r} disagrees with config.n_heads={config.n_heads}")
-        if (isinstance(branch_scale, (bool, np.bool_))
-                or not isinstance(branch_scale, (int, float, np.integer, np.floating))
-                or not math.isfinite(branch_scale)):
+        if isinstance(branch_scale, (bool, np.bool_)) or not isinstance(branch_scale, (int, float, np.integer, np.floating)):
+            raise TypeError(f"Model: branch_scale must be a number, got {type(branch_scale).__name__}")
+        if not math.isfinite(branch_scale):
             raise ValueError(f"Model: branch_scale must be a finite number, got {branch_scale!r}")
         name = _dtype_name(dtype)
         checked = validate(weights, config)
@@ -207,7 +202,9 @@ class Model:
             if tgt.shape != arr.shape:
                 raise ValueError(f"token_logprobs: targets must have the shape of ids {arr.shape}, got {tgt.shape}")
             inputs = arr
-        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)):
+            raise TypeError(f"token_logprobs: chunk must be a positive int, got {type(chunk).__name__} {chunk!r}")
+        if chunk < 1:
             raise ValueError(f"token_logprobs: chunk must be a positive int, got {chunk!r}")
         rows = inputs.shape[0] * inputs.shape[1]
         _check_run_alloc(self._config, self.dtype.itemsize, inputs.shape[0], inputs.shape[1], min(int(chunk), rows),
@@ -217,7 +214,7 @@ class Model:
         return out[0] if one_d else out
 
     def loss(self, ids: Any, targets: Any = None, *, chunk: int = 256) -> float:
-        """Mean cross-entropy in nats over all predicted positions (see :meth:`token_logprobs`)."""
+        """Mean cross-entropy in nats over all predicted positions (see ``token_logprobs``)."""
         return float(-np.mean(self.token_logprobs(ids, targets, chunk=chunk)))
 
     def perplexity(self, ids: Any, targets: Any = None, *, chunk: int = 256) -> float:
@@ -226,7 +223,7 @@ class Model:
 
     # ---------------------------------------------------------------- generation
     def new_cache(self, batch: int = 1) -> "_native.NativeCache":
-        """An empty key/value cache for ``batch`` sequences (for :meth:`step`)."""
+        """An empty key/value cache for ``batch`` sequences (for ``step``)."""
         if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, (int, np.integer)):
             raise TypeError(f"new_cache: batch must be an int, got {type(batch).__name__}")
         if batch < 1:
@@ -263,7 +260,7 @@ class Model:
         stop_tokens: Optional[Iterable[int]] = None,
     ) -> Iterator[Union[int, np.ndarray]]:
         """Yield new tokens one step at a time (an ``int`` for a ``(T,)`` prompt, a ``(B,)``
-        array for a ``(B, T)`` prompt). Arguments as in :meth:`generate`."""
+        array for a ``(B, T)`` prompt). Arguments as in ``generate``."""
         for tok, _ in self._generate_iter(ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens):
             yield tok
 
@@ -369,14 +366,14 @@ class Model:
     def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Write the weights the model computes with (in its dtype, ``branch_scale`` applied) as
         a Hugging Face style folder (``config.json`` + ``model.safetensors``) or a
-        ``.safetensors`` file, so that :func:`load` gives back the same model."""
+        ``.safetensors`` file, so that ``load`` gives back the same model."""
         save_safetensors(self._native.export(), self._config, path)
 
 
 def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: Optional[GPTConfig] = None, **options: Any):
     """One-call forward pass: ``Model(weights, config).forward(ids, ...)``.
 
-    ``weights`` may be a :class:`Model` (then ``config`` must be None). Options for the model
+    ``weights`` may be a ``Model`` (then ``config`` must be None). Options for the model
     (``dtype``, ``branch_scale``, ``n_heads``) and for the pass (``logits``, ``causal``,
     ``return_hidden``) may be mixed.
     """
@@ -394,7 +391,7 @@ def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: O
 
 def load(path: Union[str, "os.PathLike[str]"], *, dtype: Any = "float32", n_heads: Optional[int] = None) -> Model:
     """Load a Hugging Face GPT-2 checkpoint folder (``config.json`` + ``model.safetensors``) or
-    a ``.safetensors`` file into a :class:`Model`. Pickle checkpoints are refused."""
+    a ``.safetensors`` file into a ``Model``. Pickle checkpoints are refused."""
     weights, config = load_safetensors(path, n_heads=n_heads)
     return Model(weights, config, dtype=dtype, n_heads=n_heads)
 

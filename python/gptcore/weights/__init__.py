@@ -30,19 +30,19 @@ Orientation: every projection is applied as ``x @ W + b`` with ``W`` of shape
 tensors are used without transposing. Only the embedding tables and the LM head are stored
 ``(rows, d)``.
 
-Accepted dtypes: float32 and float64 are used as given (never copied by :func:`validate`);
+Accepted dtypes: float32 and float64 are used as given (never copied by ``validate``);
 float16 and bfloat16 (an ``ml_dtypes`` array, or a ``BF16`` tensor in a safetensors file) are
 converted exactly to float32. Integer, boolean, complex and other types raise ``TypeError``.
 NaN and infinite values are allowed; they propagate through the forward pass.
 
 Real GPT-2 checkpoints also carry non-parameter buffers: ``h.{i}.attn.bias`` (the causal mask,
 shape ``(1, 1, n, n)``; not to be confused with the parameter ``h.{i}.attn.c_attn.bias``) and
-``h.{i}.attn.masked_bias``. :func:`normalize_names` drops them, strips the prefix, and drops a
+``h.{i}.attn.masked_bias``. ``normalize_names`` drops them, strips the prefix, and drops a
 ``lm_head.weight`` equal to ``wte.weight`` (a tied head stored twice).
 
 The package is split by concern: ``schema`` (this table as code, and name normalisation),
-``validation`` (dtypes, :func:`validate`, :func:`infer_config`), ``initialization``
-(:func:`init_weights`) and ``checkpoint`` (safetensors files and Hugging Face folders).
+``validation`` (dtypes, ``validate``, ``infer_config``), ``initialization``
+(``init_weights``) and ``checkpoint`` (safetensors files and Hugging Face folders).
 """
 
 from .checkpoint import load_safetensors, save_safetensors

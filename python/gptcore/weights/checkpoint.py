@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from .._checks import dtype_name
 from ..config import GPTConfig
 from .schema import _PREFIX, Weights, _check_config, normalize_names
 from .validation import _check_dtypes, infer_config, validate
@@ -254,13 +255,13 @@ def load_safetensors(
 
     A folder holds ``model.safetensors`` (or the shards named by
     ``model.safetensors.index.json``) and usually ``config.json``, from which the
-    :class:`GPTConfig` is read (``n_layer``, ``n_embd``, ``n_head``, ``n_positions``,
+    ``GPTConfig`` is read (``n_layer``, ``n_embd``, ``n_head``, ``n_positions``,
     ``vocab_size``, ``n_inner``, ``layer_norm_epsilon``, ``tie_word_embeddings``). A file
-    written by :func:`save_safetensors` carries its configuration in the metadata. Without
+    written by ``save_safetensors`` carries its configuration in the metadata. Without
     either, the configuration is inferred from the shapes when ``n_heads`` is given, else it is
     ``None``. ``n_heads`` must agree with a stored configuration.
 
-    Returns ``(weights, config)``: the weights normalized (see :func:`normalize_names`) and,
+    Returns ``(weights, config)``: the weights normalized (see ``normalize_names``) and,
     when ``config`` is known, validated against it. Files are read through
     ``safetensors.safe_open`` (memory-mapped; nothing is unpickled).
 
@@ -345,7 +346,7 @@ def save_safetensors(
     *,
     dtype: Any = None,
 ) -> Path:
-    """Write ``weights`` (checked against ``config``) so that :func:`load_safetensors` reads
+    """Write ``weights`` (checked against ``config``) so that ``load_safetensors`` reads
     them back, and return the path written.
 
     A path ending in ``.safetensors`` becomes one file whose metadata holds the configuration.
@@ -361,12 +362,7 @@ def save_safetensors(
     _check_config("save_safetensors", config)
     w = validate(weights, config)
     if dtype is not None:
-        try:
-            dt = np.dtype(dtype)
-        except TypeError:
-            dt = None
-        if dt not in (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)):
-            raise TypeError(f"save_safetensors: dtype must be None, 'float16', 'float32' or 'float64', got {dtype!r}")
+        dt = np.dtype(dtype_name("save_safetensors", dtype, ("float16", "float32", "float64")))
         w = {k: v.astype(dt, copy=False) for k, v in w.items()}
     try:
         p = Path(os.fspath(path))

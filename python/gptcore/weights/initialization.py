@@ -7,12 +7,13 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import dtype_name
 from ..config import GPTConfig
 from .schema import Weights, _check_config, _tensor_kinds
 
 __all__ = ["INIT_SCHEMES", "init_weights"]
 
-#: The schemes :func:`init_weights` knows.
+#: The schemes ``init_weights`` knows.
 INIT_SCHEMES = ("gpt2", "lesson", "xavier", "kaiming")
 
 
@@ -46,7 +47,7 @@ def init_weights(
     scheme: str = "gpt2",
     dtype: Any = "float64",
 ) -> Weights:
-    """Fresh random weights for ``config``: exactly the tensors of :func:`expected_shapes`.
+    """Fresh random weights for ``config``: exactly the tensors of ``expected_shapes``.
 
     Biases are 0, LayerNorm weights 1 and biases 0 in every scheme. Random tensors are
     ``numpy.random.default_rng(seed).standard_normal(shape) * std``, drawn in canonical order
@@ -66,16 +67,13 @@ def init_weights(
       ``branch_scale`` does that).
     """
     _check_config("init_weights", config)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise TypeError(f"init_weights: seed must be a non-negative int, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"init_weights: seed must be a non-negative int, got {type(seed).__name__} {seed!r}")
+    if seed < 0:
+        raise ValueError(f"init_weights: seed must be a non-negative int, got {seed!r}")
     if scheme not in INIT_SCHEMES:
         raise ValueError(f"init_weights: scheme must be one of {', '.join(map(repr, INIT_SCHEMES))}, got {scheme!r}")
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"init_weights: dtype must be 'float32' or 'float64', got {dtype!r}")
+    dt = np.dtype(dtype_name("init_weights", dtype))
     rng = np.random.default_rng(int(seed))
     out: Weights = {}
     for name, shape, kind in _tensor_kinds(config):

@@ -1,8 +1,8 @@
-"""Names and shapes of the weight tensors (the table is in :mod:`gptcore.weights`).
+"""Names and shapes of the weight tensors (the table is in ``gptcore.weights``).
 
 ``_tensor_kinds(config)`` is the one place that lists the tensors of a configuration, as
-``(name, shape, kind)``; :func:`expected_shapes`, ``validate`` and ``init_weights`` are built
-on it. Callers go through it (or :func:`expected_shapes`); the table itself comes from the
+``(name, shape, kind)``; ``expected_shapes``, ``validate`` and ``init_weights`` are built
+on it. Callers go through it (or ``expected_shapes``); the table itself comes from the
 Rust core (``_native.tensor_schema``), where loading and exporting read it too.
 """
 
@@ -46,10 +46,11 @@ def expected_shapes(config: GPTConfig) -> Dict[str, Tuple[int, ...]]:
     """The name and shape of every tensor a model with ``config`` needs, in canonical order
     (embeddings, blocks in order, final LayerNorm, head).
 
-    >>> from gptcore.config import GPTConfig
-    >>> shapes = expected_shapes(GPTConfig.preset("gpt2"))
-    >>> len(shapes), shapes["h.0.attn.c_attn.weight"]
-    (148, (768, 2304))
+    Examples:
+        >>> from gptcore.config import GPTConfig
+        >>> shapes = expected_shapes(GPTConfig.preset("gpt2"))
+        >>> len(shapes), shapes["h.0.attn.c_attn.weight"]
+        (148, (768, 2304))
     """
     _check_config("expected_shapes", config)
     return {name: shape for name, shape, _ in _tensor_kinds(config)}

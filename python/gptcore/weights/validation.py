@@ -51,7 +51,7 @@ def _hint(name: str, config: GPTConfig) -> str:
 
 def validate(weights: Mapping[str, np.ndarray], config: GPTConfig) -> Weights:
     """Check ``weights`` against ``config`` and return them normalized (see
-    :func:`normalize_names`; float16/bfloat16 converted to float32, other arrays not copied).
+    ``normalize_names``; float16/bfloat16 converted to float32, other arrays not copied).
 
     Raises ``ValueError`` listing every missing, unexpected or misshaped tensor with its
     expected and actual shape, and ``TypeError`` for a non-float dtype.
@@ -117,14 +117,14 @@ def infer_config(
     n_ctx: int = 1024,
     ln_eps: float = 1e-5,
 ) -> GPTConfig:
-    """The :class:`GPTConfig` that the tensor shapes imply.
+    """The ``GPTConfig`` that the tensor shapes imply.
 
     Shapes give the vocabulary, widths, depth, the MLP width, whether positions are learned
     (``wpe.weight`` present; otherwise sinusoidal with context ``n_ctx``), whether the head is
     tied (no ``lm_head.weight``, or one equal to ``wte.weight``) and which biases and LayerNorm
     affines exist. They cannot give the number of heads: pass ``n_heads``; the default is
     ``d_model // 64`` (GPT-2's head width) when 64 divides ``d_model``. The result is checked
-    with :func:`validate`.
+    with ``validate``.
     """
     w = _normalize(weights, "infer_config", drop_tied_head=True)
     if "wte.weight" not in w:
