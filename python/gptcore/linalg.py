@@ -83,9 +83,9 @@ def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def set_kernel(name: Optional[str] = None) -> str:
-    """Force a micro-kernel (``"avx512"``, ``"avx2"``, ``"portable"``); ``None`` restores the
-    best one the CPU supports. Returns the kernel now active. ``GPTCORE_KERNEL`` sets the
-    initial choice."""
+    """Force a micro-kernel (``"avx512"``, ``"avx2"``, ``"neon"``, ``"portable"``); ``None``
+    restores the best one the CPU supports. Returns the kernel now active. ``GPTCORE_KERNEL``
+    sets the initial choice."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"set_kernel: name must be a str or None, got {type(name).__name__}")
     return _native.set_kernel(name)

@@ -216,13 +216,18 @@ fn matmul_reference<'py>(
 
 fn parse_kernel(name: &str) -> PyResult<Kernel> {
     Kernel::from_name(name).ok_or_else(|| {
+        let names: Vec<String> = Kernel::ALL
+            .iter()
+            .map(|k| format!("'{}'", k.name()))
+            .collect();
         PyValueError::new_err(format!(
-            "kernel must be one of 'avx512', 'avx2', 'portable'; got {name:?}"
+            "kernel must be one of {}; got {name:?}",
+            names.join(", ")
         ))
     })
 }
 
-/// Force a micro-kernel ("avx512", "avx2", "portable"), or None for the best available.
+/// Force a micro-kernel ("avx512", "avx2", "neon", "portable"), or None for the best available.
 #[pyfunction]
 #[pyo3(signature = (name=None))]
 fn set_kernel(name: Option<&str>) -> PyResult<&'static str> {
@@ -260,13 +265,14 @@ fn get_num_threads() -> usize {
     threads::num_threads()
 }
 
-/// Block sizes of every kernel: a list of (dtype, kernel, MR, NR, KC_MAX, MC) tuples.
+/// Block sizes of every kernel built for this architecture (x86-64: avx512, avx2, portable;
+/// aarch64: neon, portable): a list of (dtype, kernel, MR, NR, KC_MAX, MC) tuples.
 #[pyfunction]
 fn block_sizes() -> Vec<(&'static str, &'static str, usize, usize, usize, usize)> {
     use gptcore_core::kernels::HasKernels;
     use gptcore_core::Element;
     let mut out = vec![];
-    for k in Kernel::ALL {
+    for k in Kernel::ALL.into_iter().filter(|k| k.built()) {
         out.push((
             "float32",
             k.name(),

@@ -480,3 +480,173 @@ fn column_chunks_of_a_large_b_match_reference() {
     crate::threads::set_num_threads(1).unwrap();
     tuning::B_CHUNK_FOR_TESTS.store(0, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// Each micro-kernel called directly, against the contract's chain: every live row count,
+/// every column count of a panel, depths 0-9 and 17 (every remainder of an unrolled depth
+/// loop), from zero and continuing from C. Pad rows of A and B's columns past `cols` are NaN,
+/// and C sits in a sentinel-filled buffer: reading the one or writing outside the other shows.
+#[test]
+fn micro_kernels_called_directly_match_the_chain() {
+    fn check<T: GemmElement>() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+        let nan = T::from_f64(f64::NAN);
+        let sentinel = T::from_f64(-3.5);
+        let nr = T::NR;
+        for kernel in available() {
+            let spec = T::gemm_kernels(kernel);
+            let mr = spec.mr;
+            for kc in (0..=9).chain([17]) {
+                // B: kc steps of NR values, read in place (ldb > NR) and packed (ldb == NR);
+                // four panels of it for the wide kernel.
+                for ldb in [nr, 4 * nr + 5] {
+                    let mut b = random::<T>(&mut rng, kc * ldb + 4 * nr);
+                    let a_full = random::<T>(&mut rng, kc * mr);
+                    for rows in 1..=mr {
+                        let mut a = a_full.clone();
+                        for kk in 0..kc {
+                            a[kk * mr + rows..(kk + 1) * mr].fill(nan);
+                        }
+                        for cols in 1..=nr {
+                            for kk in 0..kc {
+                                for j in cols..nr {
+                                    b[kk * ldb + j] = nan;
+                                }
+                            }
+                            for accumulate in [false, true] {
+                                let ldc = nr + 3;
+                                let mut c = vec![sentinel; (rows + 2) * ldc];
+                                let c0 = random::<T>(&mut rng, rows * cols);
+                                for i in 0..rows {
+                                    c[(i + 1) * ldc..(i + 1) * ldc + cols]
+                                        .copy_from_slice(&c0[i * cols..(i + 1) * cols]);
+                                }
+                                unsafe {
+                                    (spec.tile)(
+                                        rows,
+                                        cols,
+                                        kc,
+                                        a.as_ptr(),
+                                        b.as_ptr(),
+                                        ldb,
+                                        c.as_mut_ptr().add(ldc),
+                                        ldc,
+                                        accumulate,
+                                    )
+                                };
+                                for (idx, v) in c.iter().enumerate() {
+                                    let (r, j) = (idx / ldc, idx % ldc);
+                                    let want = if r >= 1 && r <= rows && j < cols {
+                                        let i = r - 1;
+                                        let mut acc = if accumulate {
+                                            c0[i * cols + j]
+                                        } else {
+                                            T::ZERO
+                                        };
+                                        for kk in 0..kc {
+                                            acc = a[kk * mr + i].mul_add(b[kk * ldb + j], acc);
+                                        }
+                                        acc
+                                    } else {
+                                        sentinel
+                                    };
+                                    assert_eq!(
+                                        v.to_f64().to_bits(),
+                                        want.to_f64().to_bits(),
+                                        "{} {kernel:?} rows={rows} cols={cols} kc={kc} \
+                                         ldb={ldb} acc={accumulate} at ({r}, {j})",
+                                        T::NAME
+                                    );
+                                }
+                            }
+                            // Restore the columns for the next width.
+                            for kk in 0..kc {
+                                for j in cols..nr {
+                                    b[kk * ldb + j] = T::from_f64(0.25);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let Some(wide) = spec.wide else { continue };
+            for kc in (0..=9).chain([17]) {
+                // Four panels: packed one after the other (bstride = kc * NR, ldb = NR), or
+                // side by side in the rows of a wider B (bstride = NR, ldb = 4 NR + 5).
+                for (ldb, bstride) in [(nr, kc * nr), (4 * nr + 5, nr)] {
+                    let len = 3 * bstride + kc * ldb + nr;
+                    let b = random::<T>(&mut rng, len);
+                    let a_full = random::<T>(&mut rng, kc * mr);
+                    for rows in 1..=crate::kernels::WIDE_ROWS {
+                        let mut a = a_full.clone();
+                        for kk in 0..kc {
+                            a[kk * mr + rows..(kk + 1) * mr].fill(nan);
+                        }
+                        for cols_last in 1..=nr {
+                            let cols = 3 * nr + cols_last;
+                            let bat =
+                                |kk: usize, j: usize| b[(j / nr) * bstride + kk * ldb + j % nr];
+                            for accumulate in [false, true] {
+                                let ldc = 4 * nr + 2;
+                                let mut c = vec![sentinel; (rows + 2) * ldc];
+                                let c0 = random::<T>(&mut rng, rows * cols);
+                                for i in 0..rows {
+                                    c[(i + 1) * ldc..(i + 1) * ldc + cols]
+                                        .copy_from_slice(&c0[i * cols..(i + 1) * cols]);
+                                }
+                                unsafe {
+                                    wide(
+                                        rows,
+                                        cols_last,
+                                        kc,
+                                        a.as_ptr(),
+                                        b.as_ptr(),
+                                        ldb,
+                                        bstride,
+                                        c.as_mut_ptr().add(ldc),
+                                        ldc,
+                                        accumulate,
+                                    )
+                                };
+                                for (idx, v) in c.iter().enumerate() {
+                                    let (r, j) = (idx / ldc, idx % ldc);
+                                    let want = if r >= 1 && r <= rows && j < cols {
+                                        let i = r - 1;
+                                        let mut acc = if accumulate {
+                                            c0[i * cols + j]
+                                        } else {
+                                            T::ZERO
+                                        };
+                                        for kk in 0..kc {
+                                            acc = a[kk * mr + i].mul_add(bat(kk, j), acc);
+                                        }
+                                        acc
+                                    } else {
+                                        sentinel
+                                    };
+                                    assert_eq!(
+                                        v.to_f64().to_bits(),
+                                        want.to_f64().to_bits(),
+                                        "{} {kernel:?} wide rows={rows} cols_last={cols_last} \
+                                         kc={kc} ldb={ldb} acc={accumulate} at ({r}, {j})",
+                                        T::NAME
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    check::<f32>();
+    check::<f64>();
+}
+
+/// On aarch64 the NEON kernels exist and join every sweep above.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_is_available_on_aarch64() {
+    assert!(available().contains(&Kernel::Neon), "{:?}", available());
+    assert_eq!(detect(), Kernel::Neon);
+    assert_eq!(Kernel::from_name("neon"), Some(Kernel::Neon));
+}

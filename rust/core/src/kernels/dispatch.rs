@@ -1,7 +1,8 @@
 //! Which micro-kernel runs: detected once from the CPU, overridable for tests.
 //!
-//! Order of preference: AVX-512F, then AVX2+FMA, then the portable kernel (any CPU).
-//! `GPTCORE_KERNEL=avx512|avx2|portable` or [`set_kernel`] forces one (if the CPU has it).
+//! Order of preference: AVX-512F, then AVX2+FMA, then NEON (aarch64), then the portable
+//! kernel (any CPU). `GPTCORE_KERNEL=avx512|avx2|neon|portable` or [`set_kernel`] forces one
+//! (if the CPU has it).
 //! What each family needs of the CPU is the family's own business (`Family::supported`).
 
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -10,16 +11,18 @@ use std::sync::atomic::{AtomicU8, Ordering};
 pub enum Kernel {
     Avx512,
     Avx2,
+    Neon,
     Portable,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 3] = [Kernel::Avx512, Kernel::Avx2, Kernel::Portable];
+    pub const ALL: [Kernel; 4] = [Kernel::Avx512, Kernel::Avx2, Kernel::Neon, Kernel::Portable];
 
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Avx512 => "avx512",
             Kernel::Avx2 => "avx2",
+            Kernel::Neon => "neon",
             Kernel::Portable => "portable",
         }
     }
@@ -30,9 +33,19 @@ impl Kernel {
             .find(|k| k.name() == s.trim().to_ascii_lowercase())
     }
 
+    /// Whether the kernel is compiled for this architecture (x86-64: avx512, avx2; aarch64:
+    /// neon; portable everywhere).
+    pub fn built(self) -> bool {
+        match self {
+            Kernel::Avx512 | Kernel::Avx2 => cfg!(target_arch = "x86_64"),
+            Kernel::Neon => cfg!(target_arch = "aarch64"),
+            Kernel::Portable => true,
+        }
+    }
+
     /// Whether this CPU can run the kernel.
     pub fn supported(self) -> bool {
-        self.family_supported()
+        self.built() && self.family_supported()
     }
 
     fn code(self) -> u8 {
@@ -40,6 +53,7 @@ impl Kernel {
             Kernel::Avx512 => 1,
             Kernel::Avx2 => 2,
             Kernel::Portable => 3,
+            Kernel::Neon => 4,
         }
     }
 
@@ -48,6 +62,7 @@ impl Kernel {
             1 => Some(Kernel::Avx512),
             2 => Some(Kernel::Avx2),
             3 => Some(Kernel::Portable),
+            4 => Some(Kernel::Neon),
             _ => None,
         }
     }

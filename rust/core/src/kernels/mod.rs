@@ -1,5 +1,5 @@
 //! Kernel families: everything in gptcore that depends on the instruction set, one folder per
-//! set (`avx512/`, `avx2/`, `portable/`). The GEMM loops, attention and the decoder only see
+//! set (`avx512/`, `avx2/`, `neon/`, `portable/`). The GEMM loops, attention and the decoder only see
 //! the contract below; they never name an instruction set.
 //!
 //! A family provides, for each element type ([`GemmKernels`]):
@@ -35,6 +35,8 @@ pub use dispatch::{available, current, detect, set_kernel, Kernel};
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod portable;
 
 use crate::Element;
@@ -103,6 +105,12 @@ macro_rules! with_family {
                 type $F = avx2::Avx2;
                 $body
             }
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon => {
+                type $F = neon::Neon;
+                $body
+            }
+            // Portable, and the kernels not built for this architecture (never supported).
             #[allow(unreachable_patterns)]
             _ => {
                 type $F = portable::Portable;

@@ -1,0 +1,197 @@
+"""The instruction mix of the NEON micro-kernels' inner loops, from their disassembly.
+
+Speed on ARM cannot be measured under emulation, so the kernels' code is checked instead: in
+every innermost loop of the tile kernels (`neon::kernel_f32`, `neon::kernel_f64` and the
+`tile_*` functions they call, one per block shape) that does
+arithmetic, the share of `fmla` instructions (target: at least 70 %) and the loads and stores
+relative to the stack pointer (spills; target: none). The wide and stream kernels are listed
+too, for information. Exit status 1 when a tile kernel misses a target.
+
+A one-row block (the last row of a product whose rows leave one over a multiple of 12) is
+held to "no spills" only: each B vector it loads meets one A value, so with two vectors per
+load instruction (`ldp`) no more than 8 of every 12 instructions can be `fmla` even before
+the A load and the loop's own instructions.
+
+    # on an ARM machine: builds the core's test executable and reads it
+    python3 benches/neon_fmla_mix.py
+
+    # cross-built on x86-64 (Debian: gcc-aarch64-linux-gnu, binutils-aarch64-linux-gnu)
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+        python3 benches/neon_fmla_mix.py --target aarch64-unknown-linux-gnu
+
+    # or any aarch64 executable or object holding the kernels
+    python3 benches/neon_fmla_mix.py path/to/binary
+
+The release profile links with fat LTO, so the rlib holds LLVM bitcode, not machine code: the
+test executable (built with the same profile) is what is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+TILE = ("kernel_f32", "kernel_f64", "tile_f32", "tile_f64")
+OTHER = ("wide_f32", "wide_f64", "stream_f32", "stream_f64")
+LINE = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
+FUNC = re.compile(r"^[0-9a-f]+ <(.+)>:$")
+BRANCH = re.compile(r"^(b|b\.\w+|cbn?z|tbn?z)$")
+
+
+def objdump_tool() -> str:
+    for name in ("aarch64-linux-gnu-objdump", "llvm-objdump"):
+        if shutil.which(name):
+            return name
+    if platform.machine() in ("aarch64", "arm64") and shutil.which("objdump"):
+        return "objdump"
+    sys.exit("no objdump for aarch64 found (install binutils-aarch64-linux-gnu)")
+
+
+def functions(path: str) -> dict[str, list[tuple[int, str, str]]]:
+    """Every NEON kernel function in `path`: a list of (address, mnemonic, operands)."""
+    # Not check=True: objdump fails on archive members it cannot read (bitcode) but still
+    # prints the others.
+    out = subprocess.run(
+        [objdump_tool(), "-d", "--no-show-raw-insn", "-C", path],
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stdout
+    funcs: dict[str, list[tuple[int, str, str]]] = {}
+    current = None
+    for line in out.splitlines():
+        m = FUNC.match(line)
+        if m:
+            name = m.group(1)
+            short = name.split("::")[-1].split("<")[0]
+            current = None
+            if "kernels::neon::" in name and short in TILE + OTHER:
+                current = funcs.setdefault(short, [])
+            continue
+        m = LINE.match(line)
+        if m and current is not None:
+            current.append((int(m.group(1), 16), m.group(2), m.group(3)))
+    return funcs
+
+
+def test_executable(target: str | None) -> str:
+    """Build gptcore-core's test executable (release profile) and return its path."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = ["cargo", "test", "-p", "gptcore-core", "--release", "--no-run"]
+    cmd += ["--message-format=json"] + (["--target", target] if target else [])
+    out = subprocess.run(
+        cmd, cwd=root, check=True, capture_output=True, text=True
+    ).stdout
+    for line in out.splitlines():
+        msg = json.loads(line)
+        if (
+            msg.get("reason") == "compiler-artifact"
+            and msg.get("executable")
+            and msg["target"]["name"] == "gptcore_core"
+        ):
+            return msg["executable"]
+    sys.exit("cargo built no test executable for gptcore_core")
+
+
+def inner_loops(code: list[tuple[int, str, str]]) -> list[list[tuple[int, str, str]]]:
+    """The innermost loops: a conditional branch back to an address before it with no other
+    branch in between (a loop of one basic block, as the depth loops are). A backward jump
+    into code shared by two paths is not a loop and is not counted."""
+    loops = []
+    for idx, (addr, op, args) in enumerate(code):
+        if not BRANCH.match(op) or op == "b":
+            continue
+        target = re.search(r"\b([0-9a-f]+) <", args)
+        if not target or int(target.group(1), 16) > addr:
+            continue
+        start = int(target.group(1), 16)
+        body = [ins for ins in code[: idx + 1] if ins[0] >= start]
+        if not any(BRANCH.match(op2) for _, op2, _ in body[:-1]):
+            loops.append(body)
+    return loops
+
+
+def reg(operand: str) -> str:
+    """The register number of `q17`, `v17.4s`, `v17.s[2]`, `d3`..."""
+    m = re.match(r"\{?[qdsv](\d+)", operand.strip())
+    return m.group(1) if m else operand.strip()
+
+
+def block_shape(body: list[tuple[int, str, str]]) -> tuple[int, int]:
+    """(rows, accumulators) of the register block a loop computes: accumulators are the
+    distinct fmla destinations; rows the fmla per B vector loaded (each B vector, a value
+    of a load's destination register, meets one A lane per row)."""
+    version: dict[str, int] = {}
+    b_vectors = set()
+    accs = set()
+    fmla = 0
+    for _, op, args in body:
+        ops = re.split(r",\s*(?![^{]*\})", args)  # commas outside register lists
+        if op.startswith("ld") and re.match(r"[{qdsv]", args):  # into vector registers
+            names = ops[:2] if op == "ldp" else re.findall(r"[qdsv]\d+", ops[0])
+            for n in names:
+                version[reg(n)] = version.get(reg(n), 0) + 1
+        elif op == "fmla":
+            fmla += 1
+            accs.add(reg(ops[0]))
+            b_vectors.add((reg(ops[1]), version.get(reg(ops[1]), 0)))
+    rows = round(fmla / max(len(b_vectors), 1))
+    return rows, len(accs)
+
+
+def spills(body: list[tuple[int, str, str]]) -> int:
+    return sum(1 for _, op, args in body if re.match(r"(ld|st)", op) and "[sp" in args)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("binary", nargs="?", help="aarch64 executable or object (default: build)")
+    ap.add_argument("--target", help="cargo target when building, e.g. aarch64-unknown-linux-gnu")
+    ap.add_argument("--min-share", type=float, default=0.70)
+    args = ap.parse_args()
+    binary = args.binary or test_executable(args.target)
+    funcs = functions(binary)
+    missing = [f for f in TILE if f not in funcs]
+    if missing:
+        sys.exit(f"not found in {binary}: {', '.join(missing)}")
+    ok = True
+    print(
+        "| function | loop | block (rows x vectors) | instructions | fmla | share"
+        " | stack loads/stores |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name in TILE + OTHER:
+        if name not in funcs:
+            continue
+        for body in inner_loops(funcs[name]):
+            fmla = sum(1 for _, op, _ in body if op == "fmla")
+            if fmla == 0:
+                continue  # copies and edge handling, not arithmetic
+            rows, accs = block_shape(body)
+            share = fmla / len(body)
+            # The stream kernels keep C in memory: no register block to show.
+            shape = "-" if name.startswith("stream") else f"{rows} x {accs // max(rows, 1)}"
+            sp = spills(body)
+            flag = ""
+            if name in TILE and (sp or (share < args.min_share and rows >= 2)):
+                ok = False
+                flag = " **below target**"
+            elif name in TILE and share < args.min_share:
+                flag = " (one row: at most 67 %)"
+            print(
+                f"| {name} | {body[0][0]:#x} | {shape} | {len(body)}"
+                f" | {fmla} | {share:.0%}{flag} | {sp} |"
+            )
+    print()
+    print("tile kernels:", "every inner loop meets the targets" if ok else "TARGET MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,501 @@
+//! NEON micro-kernels (aarch64): 32 registers of 128 bits, so a block of C held in registers
+//! is at most 24 vectors, leaving room for the A values and the B vectors of one depth step.
+//!
+//! A is packed in 12-row panels (as for AVX-512) and B in the shared panels of NR columns
+//! (f32: 32 = 8 vectors of 4, f64: 16 = 8 vectors of 2). The tile kernel runs a 12-row tile
+//! of one panel as a few register blocks, each through the whole depth block:
+//!
+//! - f32: 12 rows x 8 columns (24 accumulators, 3 A vectors, 2 B vectors: 29 registers) over
+//!   the four 8-column quarters of the panel; 4-6 rows x 16 columns over its halves; 1-3 rows
+//!   x 32 columns.
+//! - f64: 6 rows x 8 columns (24 accumulators, 3 A vectors, 4 B vectors: 31 registers) over
+//!   the two halves of the panel, for rows 0-5 and then rows 6-11; 1-3 rows x 16 columns.
+//!
+//! Each step multiplies a B vector by one lane of an A vector (`fmla v.4s, v.4s, v.s[l]`): a
+//! fused multiply-add, exactly rounded, so every element of C is the contract's chain
+//! `c = fma(a[k], b[k][j], c)`, k ascending, from zero or from the value in C. Column edges go
+//! through a small buffer on the stack (once per block, outside the depth loop), so nothing
+//! outside the tile is read or written.
+
+// The entry points' arguments are fixed by `KernelFn`, `WideFn` and `StreamFn`, and the
+// helpers pass the same ones on.
+#![allow(clippy::too_many_arguments)]
+
+use std::arch::aarch64::*;
+
+pub const MR_F32: usize = 12;
+pub const MR_F64: usize = 12;
+
+#[inline(always)]
+unsafe fn fma_lane_f32(
+    acc: float32x4_t,
+    b: float32x4_t,
+    a: float32x4_t,
+    lane: usize,
+) -> float32x4_t {
+    // `lane` is a constant after unrolling: the match folds away.
+    match lane {
+        0 => vfmaq_laneq_f32::<0>(acc, b, a),
+        1 => vfmaq_laneq_f32::<1>(acc, b, a),
+        2 => vfmaq_laneq_f32::<2>(acc, b, a),
+        _ => vfmaq_laneq_f32::<3>(acc, b, a),
+    }
+}
+
+#[inline(always)]
+unsafe fn fma_lane_f64(
+    acc: float64x2_t,
+    b: float64x2_t,
+    a: float64x2_t,
+    lane: usize,
+) -> float64x2_t {
+    match lane {
+        0 => vfmaq_laneq_f64::<0>(acc, b, a),
+        _ => vfmaq_laneq_f64::<1>(acc, b, a),
+    }
+}
+
+/// Twelve rows of `kc` values (row stride `rs`, consecutive columns) into the 12-row panel
+/// layout `dst[kk * 12 + i]` by 4 x 4 transposes in registers, four depth steps at a time
+/// (the caller copies the last `kc % 4`). A plain copy (bits unchanged).
+///
+/// # Safety
+/// See [`crate::kernels::PackPanelFn`].
+pub(super) unsafe fn pack12_f32(src: *const f32, rs: isize, kc: usize, dst: *mut f32) -> usize {
+    let mut kk = 0;
+    while kk + 4 <= kc {
+        for g in 0..3 {
+            let row = |i: isize| vld1q_f32(src.offset((4 * g as isize + i) * rs + kk as isize));
+            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+            // t0 = r0k0 r1k0 r0k2 r1k2, t1 = r0k1 r1k1 r0k3 r1k3 (t2, t3 likewise for r2, r3).
+            let t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
+            let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
+            let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
+            let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+            let cols = [
+                vtrn1q_f64(t0, t2),
+                vtrn1q_f64(t1, t3),
+                vtrn2q_f64(t0, t2),
+                vtrn2q_f64(t1, t3),
+            ];
+            for (j, v) in cols.into_iter().enumerate() {
+                vst1q_f32(dst.add((kk + j) * 12 + 4 * g), vreinterpretq_f32_f64(v));
+            }
+        }
+        kk += 4;
+    }
+    kk
+}
+
+/// [`pack12_f32`] for f64: 2 x 2 transposes, two depth steps at a time.
+///
+/// # Safety
+/// As for [`pack12_f32`].
+pub(super) unsafe fn pack12_f64(src: *const f64, rs: isize, kc: usize, dst: *mut f64) -> usize {
+    let mut kk = 0;
+    while kk + 2 <= kc {
+        for g in 0..6 {
+            let r0 = vld1q_f64(src.offset((2 * g as isize) * rs + kk as isize));
+            let r1 = vld1q_f64(src.offset((2 * g as isize + 1) * rs + kk as isize));
+            vst1q_f64(dst.add(kk * 12 + 2 * g), vtrn1q_f64(r0, r1));
+            vst1q_f64(dst.add((kk + 1) * 12 + 2 * g), vtrn2q_f64(r0, r1));
+        }
+        kk += 2;
+    }
+    kk
+}
+
+macro_rules! neon_kernel {
+    ($block:ident, $tile:ident, $wide_entry:ident, $stream_entry:ident,
+     $stream:ident, $T:ty, $V:ty, $L:expr, $MR:expr, $zero:ident, $ld:ident, $st:ident,
+     $fma_lane:ident, $fma_n:ident) => {
+        /// One register block: rows `0..R` of the A panel at `a` (12 values per depth step)
+        /// against `P` B pieces of `W` vectors (piece p at `b + p * bstride`, steps `ldb`
+        /// apart), C at `c` with `P * W * LANES` consecutive columns of which the first `live`
+        /// are in the tile. With `P > 1` each piece is a whole panel (`W * LANES == NR`).
+        #[inline(always)]
+        unsafe fn $block<const R: usize, const P: usize, const W: usize>(
+            live: usize,
+            kc: usize,
+            a: *const $T,
+            b: *const $T,
+            ldb: usize,
+            bstride: usize,
+            c: *mut $T,
+            ldc: usize,
+            accumulate: bool,
+        ) {
+            const L: usize = $L;
+            let full = live >= P * W * L;
+            let mut acc = [[[$zero(); W]; P]; R];
+            if accumulate {
+                if full {
+                    for r in 0..R {
+                        for p in 0..P {
+                            for w in 0..W {
+                                acc[r][p][w] = $ld(c.add(r * ldc + (p * W + w) * L));
+                            }
+                        }
+                    }
+                } else {
+                    // The live columns through a buffer, the rest of it zero (never stored).
+                    let mut buf = [0.0 as $T; 64];
+                    for r in 0..R {
+                        std::ptr::copy_nonoverlapping(c.add(r * ldc), buf.as_mut_ptr(), live);
+                        for p in 0..P {
+                            for w in 0..W {
+                                acc[r][p][w] = $ld(buf.as_ptr().add((p * W + w) * L));
+                            }
+                        }
+                    }
+                }
+            }
+            // One depth step: the A values (ceil(R / L) vectors, inside the 12-row panel),
+            // then each B vector into its R accumulators.
+            let step = |acc: &mut [[[$V; W]; P]; R], ap: *const $T, bp: *const $T| {
+                let mut av = [$zero(); 12 / $L];
+                for q in 0..R.div_ceil(L) {
+                    av[q] = $ld(ap.add(q * L));
+                }
+                for p in 0..P {
+                    for w in 0..W {
+                        let bv = $ld(bp.add(p * bstride + w * L));
+                        for r in 0..R {
+                            acc[r][p][w] = $fma_lane(acc[r][p][w], bv, av[r / L], r % L);
+                        }
+                    }
+                }
+            };
+            // Several steps per iteration (two; four for one or two rows, whose steps are
+            // short): the loop's own instructions count that much less.
+            let unroll = if R <= 2 { 4 } else { 2 };
+            let mut ap = a;
+            let mut bp = b;
+            for _ in 0..kc / unroll {
+                for u in 0..unroll {
+                    step(&mut acc, ap.add(u * $MR), bp.add(u * ldb));
+                }
+                ap = ap.add(unroll * $MR);
+                bp = bp.add(unroll * ldb);
+            }
+            for _ in 0..kc % unroll {
+                step(&mut acc, ap, bp);
+                ap = ap.add($MR);
+                bp = bp.add(ldb);
+            }
+            if full {
+                for r in 0..R {
+                    for p in 0..P {
+                        for w in 0..W {
+                            $st(c.add(r * ldc + (p * W + w) * L), acc[r][p][w]);
+                        }
+                    }
+                }
+            } else {
+                let mut buf = [0.0 as $T; 64];
+                for r in 0..R {
+                    for p in 0..P {
+                        for w in 0..W {
+                            $st(buf.as_mut_ptr().add((p * W + w) * L), acc[r][p][w]);
+                        }
+                    }
+                    std::ptr::copy_nonoverlapping(buf.as_ptr(), c.add(r * ldc), live);
+                }
+            }
+        }
+
+        /// Rows `0..R` of a tile, `cols` live columns of one panel: the panel's column groups
+        /// of `W` vectors one after the other (groups wholly past `cols` skipped). A function
+        /// of its own for each shape, so that each depth loop gets the registers to itself.
+        #[inline(never)]
+        unsafe fn $tile<const R: usize, const W: usize>(
+            cols: usize,
+            kc: usize,
+            a: *const $T,
+            b: *const $T,
+            ldb: usize,
+            c: *mut $T,
+            ldc: usize,
+            accumulate: bool,
+        ) {
+            const GROUP: usize = $L * 8;
+            let width = W * $L;
+            let mut j = 0;
+            while j < cols && j < GROUP {
+                $block::<R, 1, W>(cols - j, kc, a, b.add(j), ldb, 0, c.add(j), ldc, accumulate);
+                j += width;
+            }
+        }
+
+        /// Few rows (1 to 3) against 4 consecutive B panels (`bstride` apart, the last with
+        /// `cols_last` live columns), the decode case: one row takes two panels at a time (16
+        /// accumulators, two memory streams), two or three rows one panel at a time.
+        ///
+        /// # Safety
+        /// As for the tile kernel, with C `rows` x (3 NR + cols_last); rows <= 3.
+        pub unsafe fn $wide_entry(
+            rows: usize,
+            cols_last: usize,
+            kc: usize,
+            a: *const $T,
+            b: *const $T,
+            ldb: usize,
+            bstride: usize,
+            c: *mut $T,
+            ldc: usize,
+            accumulate: bool,
+        ) {
+            const NR: usize = $L * 8;
+            let cols = 3 * NR + cols_last;
+            match rows {
+                1 => {
+                    for pair in 0..2 {
+                        $block::<1, 2, 8>(
+                            cols - 2 * NR * pair,
+                            kc,
+                            a,
+                            b.add(2 * pair * bstride),
+                            ldb,
+                            bstride,
+                            c.add(2 * NR * pair),
+                            ldc,
+                            accumulate,
+                        );
+                    }
+                }
+                2 | 3 => {
+                    for q in 0..4 {
+                        let live = cols - q * NR;
+                        let (bq, cq) = (b.add(q * bstride), c.add(q * NR));
+                        if rows == 2 {
+                            $block::<2, 1, 8>(live, kc, a, bq, ldb, 0, cq, ldc, accumulate);
+                        } else {
+                            $block::<3, 1, 8>(live, kc, a, bq, ldb, 0, cq, ldc, accumulate);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+
+        /// Few rows of A against B read in place along its whole rows (no packing): C is
+        /// kept in memory and takes eight depth steps per pass, each from its own row of B,
+        /// so B is read as eight long sequential streams. Per element the same chain
+        /// `c = fma(a[k], b[k][j], c)`, k ascending from a zero C; the last `cols % LANES`
+        /// columns one value at a time (B's rows are not read past `cols`).
+        #[inline(always)]
+        unsafe fn $stream<const M: usize>(
+            cols: usize,
+            k: usize,
+            a: *const $T,
+            lda: usize,
+            b: *const $T,
+            ldb: usize,
+            c: *mut $T,
+            ldc: usize,
+        ) {
+            const L: usize = $L;
+            const S: usize = 8;
+            let nvec = cols / L;
+            for i in 0..M {
+                for v in 0..nvec {
+                    $st(c.add(i * ldc + v * L), $zero());
+                }
+            }
+            let mut kk = 0;
+            while kk + S <= k {
+                let mut av = [[$zero(); S / $L]; M];
+                for i in 0..M {
+                    for q in 0..S / L {
+                        av[i][q] = $ld(a.add(i * lda + kk + q * L));
+                    }
+                }
+                let b0 = b.add(kk * ldb);
+                for v in 0..nvec {
+                    let off = v * L;
+                    let mut bv = [$zero(); S];
+                    for s in 0..S {
+                        bv[s] = $ld(b0.add(s * ldb + off));
+                    }
+                    for i in 0..M {
+                        let cp = c.add(i * ldc + off);
+                        let mut cv = $ld(cp);
+                        for s in 0..S {
+                            cv = $fma_lane(cv, bv[s], av[i][s / L], s % L);
+                        }
+                        $st(cp, cv);
+                    }
+                }
+                kk += S;
+            }
+            while kk < k {
+                let b0 = b.add(kk * ldb);
+                for v in 0..nvec {
+                    let off = v * L;
+                    let bv = $ld(b0.add(off));
+                    for i in 0..M {
+                        let cp = c.add(i * ldc + off);
+                        $st(cp, $fma_n($ld(cp), bv, *a.add(i * lda + kk)));
+                    }
+                }
+                kk += 1;
+            }
+            for j in nvec * L..cols {
+                for i in 0..M {
+                    let mut acc: $T = 0.0;
+                    for kk in 0..k {
+                        acc = (*a.add(i * lda + kk)).mul_add(*b.add(kk * ldb + j), acc);
+                    }
+                    *c.add(i * ldc + j) = acc;
+                }
+            }
+        }
+
+        /// # Safety
+        /// A has `rows` (1 to 8) rows of `k` values `lda` apart, B `k` rows of `cols` readable
+        /// values `ldb` apart, C `rows` rows of `cols` writable values `ldc` apart.
+        pub unsafe fn $stream_entry(
+            rows: usize,
+            cols: usize,
+            k: usize,
+            a: *const $T,
+            lda: usize,
+            b: *const $T,
+            ldb: usize,
+            c: *mut $T,
+            ldc: usize,
+        ) {
+            match rows {
+                8 => $stream::<8>(cols, k, a, lda, b, ldb, c, ldc),
+                7 => $stream::<7>(cols, k, a, lda, b, ldb, c, ldc),
+                6 => $stream::<6>(cols, k, a, lda, b, ldb, c, ldc),
+                5 => $stream::<5>(cols, k, a, lda, b, ldb, c, ldc),
+                4 => $stream::<4>(cols, k, a, lda, b, ldb, c, ldc),
+                3 => $stream::<3>(cols, k, a, lda, b, ldb, c, ldc),
+                2 => $stream::<2>(cols, k, a, lda, b, ldb, c, ldc),
+                1 => $stream::<1>(cols, k, a, lda, b, ldb, c, ldc),
+                _ => {}
+            }
+        }
+    };
+}
+
+neon_kernel!(
+    block_f32,
+    tile_f32,
+    wide_f32,
+    stream_f32,
+    stream_rows_f32,
+    f32,
+    float32x4_t,
+    4,
+    MR_F32,
+    zero_f32,
+    vld1q_f32,
+    vst1q_f32,
+    fma_lane_f32,
+    vfmaq_n_f32
+);
+neon_kernel!(
+    block_f64,
+    tile_f64,
+    wide_f64,
+    stream_f64,
+    stream_rows_f64,
+    f64,
+    float64x2_t,
+    2,
+    MR_F64,
+    zero_f64,
+    vld1q_f64,
+    vst1q_f64,
+    fma_lane_f64,
+    vfmaq_n_f64
+);
+
+#[inline(always)]
+fn zero_f32() -> float32x4_t {
+    unsafe { vdupq_n_f32(0.0) }
+}
+
+#[inline(always)]
+fn zero_f64() -> float64x2_t {
+    unsafe { vdupq_n_f64(0.0) }
+}
+
+/// # Safety
+/// `a` holds `kc * 12` values; `b` holds `kc` rows of NR readable values `ldb` apart; C has
+/// `rows` rows of `cols` writable values `ldc` apart.
+pub unsafe fn kernel_f32(
+    rows: usize,
+    cols: usize,
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    macro_rules! run {
+        ($r:literal, $w:literal) => {
+            tile_f32::<$r, $w>(cols, kc, a, b, ldb, c, ldc, accumulate)
+        };
+    }
+    match rows {
+        12 => run!(12, 2),
+        11 => run!(11, 2),
+        10 => run!(10, 2),
+        9 => run!(9, 2),
+        8 => run!(8, 2),
+        7 => run!(7, 2),
+        6 => run!(6, 4),
+        5 => run!(5, 4),
+        4 => run!(4, 4),
+        3 => run!(3, 8),
+        2 => run!(2, 8),
+        1 => run!(1, 8),
+        _ => {}
+    }
+}
+
+/// # Safety
+/// As for [`kernel_f32`].
+pub unsafe fn kernel_f64(
+    rows: usize,
+    cols: usize,
+    kc: usize,
+    a: *const f64,
+    b: *const f64,
+    ldb: usize,
+    c: *mut f64,
+    ldc: usize,
+    accumulate: bool,
+) {
+    // Up to six rows in one pass over the panel's halves; more as rows 0-5, then the rest
+    // (A's 12-value steps read from value 6 on).
+    macro_rules! run {
+        ($r:literal, $w:literal) => {
+            tile_f64::<$r, $w>(cols, kc, a, b, ldb, c, ldc, accumulate)
+        };
+        ($r:literal, $w:literal, $r2:literal, $w2:literal) => {{
+            tile_f64::<$r, $w>(cols, kc, a, b, ldb, c, ldc, accumulate);
+            tile_f64::<$r2, $w2>(cols, kc, a.add(6), b, ldb, c.add(6 * ldc), ldc, accumulate);
+        }};
+    }
+    match rows {
+        12 => run!(6, 4, 6, 4),
+        11 => run!(6, 4, 5, 4),
+        10 => run!(6, 4, 4, 4),
+        9 => run!(6, 4, 3, 8),
+        8 => run!(6, 4, 2, 8),
+        7 => run!(6, 4, 1, 8),
+        6 => run!(6, 4),
+        5 => run!(5, 4),
+        4 => run!(4, 4),
+        3 => run!(3, 8),
+        2 => run!(2, 8),
+        1 => run!(1, 8),
+        _ => {}
+    }
+}

@@ -1,0 +1,40 @@
+//! The NEON family (aarch64): 12 x 8 (f32) and 6 x 8 (f64) register blocks run over the
+//! panels, wide and stream kernels, the 12-row A packer. Generic element-wise code needs no
+//! separate context: NEON is part of aarch64's baseline, so plain code is already vectorised.
+
+mod gemm;
+
+use super::{Family, GemmKernels};
+
+pub(super) struct Neon;
+
+impl Family for Neon {
+    fn supported() -> bool {
+        std::arch::is_aarch64_feature_detected!("neon")
+    }
+
+    fn gemm_f32() -> GemmKernels<f32> {
+        GemmKernels {
+            mr: gemm::MR_F32,
+            tile: gemm::kernel_f32,
+            wide: Some(gemm::wide_f32),
+            stream: Some(gemm::stream_f32),
+            pack_a_panel: Some(gemm::pack12_f32),
+        }
+    }
+
+    fn gemm_f64() -> GemmKernels<f64> {
+        GemmKernels {
+            mr: gemm::MR_F64,
+            tile: gemm::kernel_f64,
+            wide: Some(gemm::wide_f64),
+            stream: Some(gemm::stream_f64),
+            pack_a_panel: Some(gemm::pack12_f64),
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+}
