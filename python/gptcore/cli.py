@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -221,17 +222,20 @@ def _generate(args: argparse.Namespace) -> int:
     out = sys.stdout
     n_new, t_first = 0, None
     t_start = time.perf_counter()
-    for token, piece in stream_pieces(
-        model, ids, args.max_new_tokens, stop_at_eos=not args.ignore_eos, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, greedy=args.greedy, seed=args.seed, context_shift=shift,
-    ):
-        if token is not None:
-            n_new += 1
-            if t_first is None:
-                t_first = time.perf_counter()
-        if piece:
-            out.write(piece)
-            out.flush()
+    with warnings.catch_warnings():  # the exact crop's warning, as one line when it starts
+        warnings.showwarning = lambda message, *a, **k: print(
+            f"\ngptcore generate: warning: {message}", file=sys.stderr, flush=True)
+        for token, piece in stream_pieces(
+            model, ids, args.max_new_tokens, stop_at_eos=not args.ignore_eos, temperature=args.temperature,
+            top_k=args.top_k, top_p=args.top_p, greedy=args.greedy, seed=args.seed, context_shift=shift,
+        ):
+            if token is not None:
+                n_new += 1
+                if t_first is None:
+                    t_first = time.perf_counter()
+            if piece:
+                out.write(piece)
+                out.flush()
     t_end = time.perf_counter()
     out.write("\n")
     out.flush()
