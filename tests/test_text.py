@@ -393,3 +393,20 @@ def test_context_shift_bad_values(model):
     for bad, err in ((0, ValueError), (129, ValueError), (True, TypeError), (2.0, TypeError)):
         with pytest.raises(err, match="context_shift"):
             model.generate([1, 2], 3, context_shift=bad)
+
+
+def test_generated_id_beyond_the_tokenizer_is_a_clear_error(model):
+    """A model whose vocabulary is larger than its tokenizer's (padded) can generate an id
+    that has no text: the text call says so instead of failing deep in the decoder."""
+    cfg = model.config.replace(vocab_size=700, tied=False)
+    w = dict(gptcore.load_safetensors(FOLDER)[0])
+    w["wte.weight"] = np.concatenate([w["wte.weight"], np.zeros((60, cfg.d_model), np.float32)])
+    w["ln_f.weight"] = np.zeros_like(w["ln_f.weight"])
+    w["ln_f.bias"] = np.ones_like(w["ln_f.bias"])
+    head = np.zeros((cfg.vocab_size, cfg.d_model), dtype=np.float32)
+    head[650] = 1.0  # always the padded id 650
+    w["lm_head.weight"] = head
+    padded = gptcore.Model(w, cfg)
+    padded.tokenizer = model.tokenizer
+    with pytest.raises(ValueError, match="generated token 650, which its tokenizer \\(640 ids\\) has no text for"):
+        padded.generate_text("We", 3, greedy=True)

@@ -456,11 +456,12 @@ class Model:
                 # lesson's crop) and rebuild the cache from the rest.
                 if shift == 1 and not warned:
                     warned = True
+                    fast = max(1, n_ctx // 4)
                     warnings.warn(
                         f"generate: the sequence reached n_ctx = {n_ctx}; with context_shift=1 (the exact "
                         f"crop) every further token rebuilds the cache from the last {n_ctx} tokens, a full "
-                        f"prefill per token. context_shift={max(1, n_ctx // 4)} drops that many tokens at once "
-                        "and rebuilds once per as many tokens.", UserWarning, stacklevel=3)
+                        f"prefill per token. context_shift={fast} would drop {fast} tokens at once and "
+                        f"rebuild once per {fast} tokens.", UserWarning, stacklevel=3)
                 seq = seq[:, shift:]
                 cache = self.new_cache(b)
                 logits = self._native.step(cache, np.ascontiguousarray(seq), "last")

@@ -81,6 +81,9 @@ def stream_pieces(
             stop_set = set(int(s) for s in stops or ())
         if t in stop_set:
             break
+        if t >= tok.vocab_size:  # a vocabulary padded past the tokenizer's (nanoGPT's 50,304)
+            raise ValueError(f"stream_text: the model generated token {t}, which its tokenizer "
+                             f"({tok.vocab_size} ids) has no text for")
         yield t, decoder.push(t)
     yield None, decoder.flush()
 
