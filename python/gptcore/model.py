@@ -456,12 +456,13 @@ class Model:
                 # lesson's crop) and rebuild the cache from the rest.
                 if shift == 1 and not warned:
                     warned = True
-                    fast = max(1, n_ctx // 4)
+                    fast = n_ctx // 4
+                    hint = (f" context_shift={fast} would drop {fast} tokens at once and rebuild once per "
+                            f"{fast} tokens." if fast > 1 else "")
                     warnings.warn(
                         f"generate: the sequence reached n_ctx = {n_ctx}; with context_shift=1 (the exact "
                         f"crop) every further token rebuilds the cache from the last {n_ctx} tokens, a full "
-                        f"prefill per token. context_shift={fast} would drop {fast} tokens at once and "
-                        f"rebuild once per {fast} tokens.", UserWarning, stacklevel=3)
+                        f"prefill per token.{hint}", UserWarning, stacklevel=3)
                 seq = seq[:, shift:]
                 cache = self.new_cache(b)
                 logits = self._native.step(cache, np.ascontiguousarray(seq), "last")
