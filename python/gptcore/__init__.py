@@ -38,6 +38,7 @@ from .lessons import (
     to_zero_based,
 )
 from .model import Model, forward, load, softmax
+from .tokenizer import Tokenizer
 from .weights import expected_shapes, infer_config, init_weights, load_safetensors, save_safetensors, validate
 
 __version__ = "0.1.0"
@@ -69,6 +70,7 @@ __all__ = [
     "textbook_block",
     "textbook_forward",
     "to_zero_based",
+    "Tokenizer",
     "GPTConfig",
     "Model",
     "PRESETS",

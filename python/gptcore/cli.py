@@ -1,9 +1,15 @@
-"""The ``gptcore`` command: ``info``, ``demo`` and ``bench``.
+"""The ``gptcore`` command: ``info``, ``demo``, ``bench``, ``generate`` and ``perplexity``.
 
-``gptcore info MODEL`` prints the accounting of a preset (parameters by component, FLOPs per
-token, the attention share, the logits memory, the Chinchilla budget); ``gptcore demo`` runs
-Lesson 14's toy model and prints the lesson's numbers; ``gptcore bench`` times a GPT-2-sized
-matrix product against numpy.
+``gptcore info MODEL`` prints the accounting of a preset, a model folder or a safetensors file
+(parameters by component, FLOPs per token, the attention share, the logits memory, the
+Chinchilla budget); ``gptcore demo`` runs Lesson 14's toy model and prints the lesson's
+numbers; ``gptcore bench`` times a GPT-2-sized matrix product against numpy;
+``gptcore generate`` continues a prompt and ``gptcore perplexity`` scores text files, with a
+model folder's tokenizer.
+
+Errors are one line on stderr. Exit status: 0 success, 1 a file or folder that is missing or
+cannot be used (no weights, no tokenizer, not UTF-8), 2 a bad command line (unknown option,
+value out of range, empty prompt), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
+from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from .config import PRESETS, GPTConfig
@@ -71,7 +79,7 @@ def _describe(cfg: GPTConfig) -> str:
 def _info(args: argparse.Namespace) -> int:
     from .accounting import chinchilla, flops_per_token, lesson14_counting, logits_memory, param_count
 
-    cfg = GPTConfig.preset(args.model)
+    cfg, header = _info_config(args.model)
     if args.lesson_counting:
         cfg = lesson14_counting(cfg)
     T = cfg.n_ctx if args.T is None else args.T
@@ -109,8 +117,230 @@ def _info(args: argparse.Namespace) -> int:
             ("compute C = 6 P D", f"{budget.compute:.2e} FLOPs"),
         ]),
     ]
-    out = [f"{args.model}: {_describe(cfg)}", ""] + _table(sections)
+    out = [f"{args.model}: {_describe(cfg)}"] + header + [""] + _table(sections)
     print("\n".join(out))
+    return 0
+
+
+class _Fail(Exception):
+    """An error the command reports in one line, with the exit status ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _model_arg(text: str) -> str:
+    """``info``'s MODEL: a preset name in any case, or an existing folder or file."""
+    if text.lower() in PRESETS or Path(text).exists():
+        return text
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} is neither a preset ({', '.join(sorted(PRESETS))}) "
+        "nor an existing model folder or .safetensors file")
+
+
+def _file_error(e: OSError) -> str:
+    """A FileNotFoundError of the loaders as one sentence naming the path."""
+    what = (e.strerror or str(e)).split(": ", 1)[-1]
+    return f"{what}: {e.filename}" if e.filename else what
+
+
+def _info_config(model: str) -> Tuple[GPTConfig, List[str]]:
+    """The configuration ``info`` describes, and lines that say where it came from."""
+    if model.lower() in PRESETS:
+        return GPTConfig.preset(model.lower()), []
+    from .tokenizer import Tokenizer
+    from .weights import infer_config, load_safetensors
+
+    p = Path(model)
+    try:
+        weights, cfg = load_safetensors(p)
+    except FileNotFoundError as e:
+        raise _Fail(_file_error(e)) from None
+    except (ValueError, TypeError) as e:
+        raise _Fail(str(e)) from None
+    lines = []
+    if cfg is None:
+        cfg = infer_config(weights)
+        lines.append(f"  (no stored configuration: sizes inferred from the tensors, {cfg.n_heads} heads of 64 assumed)")
+    if p.is_dir():
+        try:
+            tok = Tokenizer.from_folder(p)
+            lines.append(f"  tokenizer: {tok.vocab_size:,} ids")
+        except (FileNotFoundError, ValueError) as e:
+            lines.append(f"  tokenizer: none ({str(e).split(': ', 1)[-1]})")
+    return cfg, lines
+
+
+def _load_text_model(path: str, tokenizer: Optional[str], dtype: str):
+    """``gptcore.load`` for the text commands, with every failure as a ``_Fail``."""
+    from .model import load
+
+    p = Path(path)
+    if not p.exists():
+        raise _Fail(f"no such model folder or file: {path!r}")
+    if tokenizer is not None and not Path(tokenizer).is_dir():
+        raise _Fail(f"no such tokenizer folder: {tokenizer!r}")
+    try:
+        model = load(p, dtype=dtype, tokenizer=tokenizer)
+    except FileNotFoundError as e:
+        raise _Fail(_file_error(e)) from None
+    except (ValueError, TypeError) as e:  # a broken checkpoint or tokenizer file
+        raise _Fail(str(e)) from None
+    if model.tokenizer is None:
+        raise _Fail(model._tokenizer_missing or "no tokenizer")
+    return model
+
+
+def _rate(n: int, seconds: float) -> str:
+    return f"{n / seconds:,.1f} tok/s" if seconds > 0 and n > 0 else "- tok/s"
+
+
+def _generate(args: argparse.Namespace) -> int:
+    """Continue a prompt: the text as it comes on stdout, the timings on stderr."""
+    from .linalg import get_num_threads, set_num_threads
+    from .text import stream_pieces
+
+    if args.prompt == "":
+        raise _Fail("the prompt is empty (GPT-2 has no start token to generate from)", 2)
+    if args.threads is not None:
+        set_num_threads(args.threads)
+    model = _load_text_model(args.model, args.tokenizer, args.dtype)
+    n_ctx = model.config.n_ctx
+    shift = max(1, n_ctx // 4) if args.context_shift is None else args.context_shift
+    if shift > n_ctx:
+        raise _Fail(f"--context-shift must be at most n_ctx = {n_ctx}, got {shift}", 2)
+    tok = model.tokenizer
+    t0 = time.perf_counter()
+    ids = tok.encode(args.prompt)
+    t_encode = time.perf_counter() - t0
+    learned = model.config.pos == "learned"
+    prompt_len = min(len(ids), n_ctx) if learned else len(ids)
+    if len(ids) > prompt_len:
+        print(f"gptcore generate: the prompt's {len(ids):,} tokens are cropped to the last {n_ctx:,}",
+              file=sys.stderr)
+    out = sys.stdout
+    n_new, t_first = 0, None
+    t_start = time.perf_counter()
+    with warnings.catch_warnings():  # the exact crop's warning, as one line when it starts
+        warnings.showwarning = lambda message, *a, **k: print(
+            f"\ngptcore generate: warning: {message}", file=sys.stderr, flush=True)
+        for token, piece in stream_pieces(
+            model, ids, args.max_new_tokens, stop_at_eos=not args.ignore_eos, temperature=args.temperature,
+            top_k=args.top_k, top_p=args.top_p, greedy=args.greedy, seed=args.seed, context_shift=shift,
+        ):
+            if token is not None:
+                n_new += 1
+                if t_first is None:
+                    t_first = time.perf_counter()
+            if piece:
+                out.write(piece)
+                out.flush()
+    t_end = time.perf_counter()
+    out.write("\n")
+    out.flush()
+    t_prefill = (t_first if t_first is not None else t_end) - t_start
+    t_decode = t_end - t_first if t_first is not None else 0.0
+    share = f", {100 * t_encode / t_prefill:.1f} % of prefill" if n_new and t_prefill > 0 else ""
+    line = (f"prompt {len(ids):,} tokens, encoded in {1e3 * t_encode:.2f} ms{share}; "
+            f"prefill {prompt_len:,} tokens in {t_prefill:.3f} s ({_rate(prompt_len, t_prefill)}); "
+            f"decode {max(0, n_new - 1):,} tokens in {t_decode:.3f} s ({_rate(n_new - 1, t_decode)}); "
+            f"{get_num_threads()} threads")
+    rebuilds = -(-(prompt_len + n_new - 1 - n_ctx) // shift) if learned and n_new else 0
+    if rebuilds > 0:
+        line += f"; context full: {rebuilds:,} cache rebuild(s), dropping {shift:,} tokens each"
+    print(line, file=sys.stderr)
+    return 0
+
+
+def _read_text(name: str) -> str:
+    """A text file (``-``: standard input) as UTF-8, or a one-line error."""
+    try:
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except FileNotFoundError:
+        raise _Fail(f"no such file: {name!r}") from None
+    except IsADirectoryError:
+        raise _Fail(f"{name!r} is a folder, not a text file") from None
+    except OSError as e:
+        raise _Fail(f"cannot read {name!r}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _Fail(f"{name!r} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start:,})") from None
+
+
+class _Progress:
+    """The model as ``gptcore.scoring.score_many`` sees it, advancing a progress bar by
+    the share of the work each ``token_logprobs`` call does (``done`` positions of ``work``,
+    shown as scored tokens of ``total``)."""
+
+    def __init__(self, model, bar, work: int, total: int) -> None:
+        self._model, self._bar, self._work, self._total = model, bar, work, total
+        self._done = 0
+
+    @property
+    def config(self):
+        return self._model.config
+
+    def token_logprobs(self, ids, *a, **k):
+        out = self._model.token_logprobs(ids, *a, **k)
+        self._done += out.size
+        target = self._total if self._done >= self._work else self._done * self._total // self._work
+        self._bar.update(target - self._bar.n)
+        return out
+
+
+def _perplexity(args: argparse.Namespace) -> int:
+    """Score text files: tokens, mean NLL (nats) and perplexity per file and in total."""
+    import math
+
+    from .linalg import get_num_threads, set_num_threads
+    from .scoring import resolve_window, score_many, sliding_windows
+
+    if args.threads is not None:
+        set_num_threads(args.threads)
+    model = _load_text_model(args.model, args.tokenizer, args.dtype)
+    try:
+        context, stride = resolve_window(model, args.context, args.stride)
+    except (ValueError, TypeError) as e:
+        raise _Fail(f"--context/--stride: {e}", 2) from None
+    texts = [_read_text(f) for f in args.files]
+    t0 = time.perf_counter()
+    docs = [model.tokenizer.encode(t) for t in texts]
+    t_encode = time.perf_counter() - t0
+    for name, d in zip(args.files, docs):
+        if d.size < 2:
+            raise _Fail(f"{name!r} has {d.size} token(s): nothing to score (the first token is never scored)")
+    windows = [sliding_windows(d.size, context, stride) for d in docs]
+    work = sum(e - b - 1 for w in windows for b, e, _ in w)
+    total = sum(d.size - 1 for d in docs)
+    from tqdm import tqdm
+
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    t0 = time.perf_counter()
+    with tqdm(total=total, unit="tok", unit_scale=True, desc="scoring", file=sys.stderr, disable=not show,
+              leave=False, dynamic_ncols=True) as bar:
+        results = score_many(_Progress(model, bar, work, total), docs, context=context, stride=stride,
+                             batch=args.batch)
+    t_score = time.perf_counter() - t0
+    n_all = sum(r.tokens for r in results)
+    nll_all = math.fsum(r.nll for r in results)
+    rows = [(name, r.tokens, r.mean, r.perplexity) for name, r in zip(args.files, results)]
+    rows.append(("total", n_all, nll_all / n_all, math.exp(nll_all / n_all) if nll_all / n_all < 700 else math.inf))
+    if max(d.size for d in docs) > context:
+        print(f"windows of {context:,} tokens every {stride:,}: in each file, token i of the first {context:,} "
+              f"(i >= 2) is predicted from the i - 1 before it; every later token from the last "
+              f"{context - stride:,} to {context - 1:,} tokens before it. The first token is not scored.")
+    else:
+        print(f"each file fits one window of {context:,} tokens: every token from the second on is predicted "
+              "from all the tokens before it. The first token is not scored.")
+    wn = max(len("file"), max(len(r[0]) for r in rows))
+    print(f"{'file':<{wn}}  {'tokens':>12}  {'mean NLL (nats)':>15}  {'perplexity':>14}")
+    for name, n, mean, ppl in rows:
+        print(f"{name:<{wn}}  {n:>12,}  {mean:>15.6f}  {ppl:>14.6g}")
+    print(f"encoded {total + len(docs):,} tokens in {t_encode:.3f} s; scored {n_all:,} tokens in {t_score:.3f} s "
+          f"({_rate(n_all, t_score)}, {len(docs)} file(s), batch {args.batch}, {get_num_threads()} threads)",
+          file=sys.stderr)
     return 0
 
 
@@ -227,7 +457,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.required = True
 
     info = sub.add_parser("info", help="parameters, FLOPs and memory of a preset model")
-    info.add_argument("model", choices=sorted(PRESETS), metavar="MODEL", help="one of: " + ", ".join(sorted(PRESETS)))
+    info.add_argument("model", type=_model_arg, metavar="MODEL",
+                      help="a preset (any case: " + ", ".join(sorted(PRESETS)) + "), a model folder or a .safetensors file")
     info.add_argument("--T", type=_positive, default=None, help="context length for FLOPs and logits (default: n_ctx)")
     info.add_argument("--batch", type=_positive, default=1, help="batch size for the logits memory (default 1)")
     info.add_argument("--bytes", type=_positive, default=4, help="bytes per logit (default 4, float32)")
@@ -248,7 +479,85 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     bench.add_argument("--repeat", type=_positive, default=5, help="timed runs; the best is reported (default 5)")
     bench.set_defaults(func=_bench)
+    _add_text_commands(p, sub)
     return p
+
+
+def _add_text_commands(p: argparse.ArgumentParser, sub) -> None:
+    """``--version``, ``generate`` and ``perplexity``."""
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"gptcore {__version__}")
+
+    def common(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument("--tokenizer", metavar="FOLDER", default=None,
+                         help="folder with tokenizer.json or vocab.json + merges.txt (default: MODEL's)")
+        cmd.add_argument("--threads", type=_positive, default=None, help="threads (default: all cores)")
+        cmd.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="default float32")
+
+    gen = sub.add_parser("generate", help="continue a prompt with a model folder (text in, text out)",
+                         description="Print the continuation of PROMPT as it is generated (stdout), then the "
+                         "prefill and decode speeds (stderr).")
+    gen.add_argument("model", metavar="MODEL", help="model folder (config.json, model.safetensors, tokenizer files)")
+    gen.add_argument("prompt", metavar="PROMPT", help="the text to continue")
+    gen.add_argument("--max-new-tokens", type=_positive, default=50, help="tokens to generate (default 50)")
+    gen.add_argument("--temperature", type=_nonnegative_float, default=1.0, help="default 1.0; 0 = greedy")
+    gen.add_argument("--top-k", type=_positive, default=None, help="sample among the K most likely tokens")
+    gen.add_argument("--top-p", type=_probability, default=None, help="sample within probability mass P (0 < P <= 1)")
+    gen.add_argument("--seed", type=_nonnegative_int, default=None, help="seed of the sampler (same seed, same text)")
+    gen.add_argument("--greedy", action="store_true", help="always the most likely token")
+    gen.add_argument("--ignore-eos", action="store_true", help="do not stop at <|endoftext|>")
+    gen.add_argument("--context-shift", type=_positive, default=None, metavar="N",
+                     help="when the context is full, drop the N oldest tokens at once and rebuild the cache "
+                     "(default n_ctx / 4; 1 = the lesson's exact crop, a full rebuild every token)")
+    common(gen)
+    gen.set_defaults(func=_generate)
+
+    ppl = sub.add_parser("perplexity", help="mean NLL and perplexity of text files (sliding windows)",
+                         description="Score each FILE (UTF-8; - for standard input) with windows of CONTEXT tokens "
+                         "every STRIDE tokens; every token but a file's first is scored once.")
+    ppl.add_argument("model", metavar="MODEL", help="model folder (config.json, model.safetensors, tokenizer files)")
+    ppl.add_argument("files", metavar="FILE", nargs="+", help="text files to score")
+    ppl.add_argument("--context", type=_positive, default=None, help="window length (default n_ctx)")
+    ppl.add_argument("--stride", type=_positive, default=None, help="window step (default context / 2)")
+    ppl.add_argument("--batch", type=_positive, default=1, help="windows per forward pass (default 1)")
+    ppl.add_argument("--progress", action="store_true", default=None,
+                     help="show the progress bar even when stderr is not a terminal")
+    ppl.add_argument("--no-progress", dest="progress", action="store_false", help="never show the progress bar")
+    common(ppl)
+    ppl.set_defaults(func=_perplexity)
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def _nonnegative_float(text: str) -> float:
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return v
+
+
+def _probability(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
+    return v
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -258,6 +567,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return args.func(args)
     except BrokenPipeError:  # output piped into a reader that stopped early (head)
         return 0
+    except _Fail as e:  # a missing or unusable file (1), a bad argument (2)
+        print(f"gptcore {args.command}: error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print(f"gptcore {args.command}: interrupted", file=sys.stderr)
+        return 130
     except (ValueError, MemoryError) as e:  # sizes the machine cannot hold, or out of range
         print(f"gptcore {args.command}: error: {e}", file=sys.stderr)
         return 2

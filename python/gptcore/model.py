@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterable, Iterator, Mapping, Optional, Tuple, Union
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -13,6 +15,10 @@ from ._memory import check_alloc
 from ._checks import dtype_name
 from .config import GPTConfig
 from .weights import infer_config, load_safetensors, save_safetensors, validate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .scoring import ScoreResult
+    from .tokenizer import Tokenizer
 
 __all__ = ["Model", "forward", "load", "softmax"]
 
@@ -103,6 +109,8 @@ class Model:
         self._config = config
         self._dtype = name
         self._branch_scale = float(branch_scale)
+        self._tokenizer = None
+        self._tokenizer_missing: Optional[str] = None  # why there is none (for the error)
         self._native = _native.NativeModel(native_weights, config, name)
 
     @property
@@ -121,6 +129,57 @@ class Model:
     def nbytes(self) -> int:
         """Bytes of weights the model holds (packed matrices included)."""
         return self._native.nbytes
+
+    # ---------------------------------------------------------------- text (see gptcore.text)
+    @property
+    def tokenizer(self) -> Optional["Tokenizer"]:
+        """The ``Tokenizer`` for text calls: set by ``load`` from
+        the folder's ``tokenizer.json`` or ``vocab.json`` + ``merges.txt``, ``None`` when there
+        is none. May be assigned (a Tokenizer whose ids fit the vocabulary, or ``None``)."""
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer: Optional["Tokenizer"]) -> None:
+        from .tokenizer import Tokenizer
+
+        if tokenizer is not None:
+            if not isinstance(tokenizer, Tokenizer):
+                raise TypeError(f"tokenizer must be a gptcore Tokenizer or None, got {type(tokenizer).__name__}")
+            if tokenizer.vocab_size > self._config.vocab_size:
+                raise ValueError(
+                    f"tokenizer: its vocabulary ({tokenizer.vocab_size} ids) does not fit the model's "
+                    f"vocab_size = {self._config.vocab_size}")
+        self._tokenizer = tokenizer
+        self._tokenizer_missing = None
+
+    def _require_tokenizer(self, fn: str) -> "Tokenizer":
+        if self._tokenizer is None:
+            from .tokenizer import missing_tokenizer_message
+
+            why = self._tokenizer_missing or (
+                missing_tokenizer_message(None) + "; load such a folder with gptcore.load, or set "
+                "model.tokenizer = gptcore.Tokenizer.from_folder(folder)")
+            raise ValueError(f"{fn}: {why}")
+        return self._tokenizer
+
+    def generate_text(self, prompt: str, max_new_tokens: int, **options: Any) -> str:
+        """The continuation of ``prompt`` as text; see ``gptcore.text.generate_text``."""
+        from .text import generate_text
+
+        return generate_text(self, prompt, max_new_tokens, **options)
+
+    def stream_text(self, prompt: str, max_new_tokens: int, **options: Any) -> Iterator[str]:
+        """Yield the continuation of ``prompt`` piece by piece, whole characters only; see
+        ``gptcore.text.stream_text``."""
+        from .text import stream_text
+
+        return stream_text(self, prompt, max_new_tokens, **options)
+
+    def score_text(self, text: str, **options: Any) -> "ScoreResult":
+        """Log-likelihood and perplexity of ``text``; see ``gptcore.text.score_text``."""
+        from .text import score_text
+
+        return score_text(self, text, **options)
 
     def __repr__(self) -> str:
         c = self._config
@@ -258,10 +317,12 @@ class Model:
         greedy: bool = False,
         seed: Optional[int] = None,
         stop_tokens: Optional[Iterable[int]] = None,
+        context_shift: int = 1,
     ) -> Iterator[Union[int, np.ndarray]]:
         """Yield new tokens one step at a time (an ``int`` for a ``(T,)`` prompt, a ``(B,)``
         array for a ``(B, T)`` prompt). Arguments as in ``generate``."""
-        for tok, _ in self._generate_iter(ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens):
+        for tok, _ in self._generate_iter(ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens,
+                                          context_shift):
             yield tok
 
     def generate(
@@ -276,6 +337,7 @@ class Model:
         seed: Optional[int] = None,
         stop_tokens: Optional[Iterable[int]] = None,
         return_logprobs: bool = False,
+        context_shift: int = 1,
     ) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
         """Generate up to ``max_new_tokens`` tokens after the prompt ``ids`` and return them,
         shape ``(n,)`` or ``(B, n)``.
@@ -287,14 +349,25 @@ class Model:
         and/or the smallest set whose probability reaches ``top_p``, with a generator seeded
         by ``seed`` (same seed, same tokens). Generation stops early once every sequence has
         produced one of ``stop_tokens`` (a stopped sequence is padded with its stop token).
-        With learned positions, when the sequence would exceed ``n_ctx`` it is cropped to its
-        last ``n_ctx`` tokens and the cache rebuilt from them, as the lesson does.
         ``return_logprobs=True`` also returns each chosen token's log-probability under the
         model (temperature 1, no filtering).
+
+        With learned positions there is no position beyond ``n_ctx``. A longer prompt is
+        cropped to its last ``n_ctx`` tokens. When the running sequence would exceed ``n_ctx``,
+        the ``context_shift`` oldest tokens are dropped at once and the cache is rebuilt from
+        the rest (a prefill of ``n_ctx + 1 - context_shift`` tokens); the next
+        ``context_shift - 1`` tokens then decode with the cache as usual. The default,
+        ``context_shift=1``, is the lesson's exact crop: every token sees exactly the last
+        ``n_ctx`` tokens, and every token past ``n_ctx`` costs a full prefill (a
+        ``UserWarning`` says so, once, when it starts). A larger shift, such as
+        ``n_ctx // 4`` (what ``gptcore generate`` uses), rebuilds once per ``context_shift``
+        tokens, at the price of a context that shrinks to ``n_ctx + 1 - context_shift``
+        tokens right after each rebuild — what llama.cpp does when its context fills.
         """
         toks, lps = [], []
         one_d = np.asarray(ids).ndim == 1
-        for tok, lp in self._generate_iter(ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens):
+        for tok, lp in self._generate_iter(ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens,
+                                           context_shift):
             toks.append(np.atleast_1d(tok))
             lps.append(np.atleast_1d(lp))
         b = 1 if one_d else np.asarray(ids).shape[0]
@@ -304,7 +377,8 @@ class Model:
             out, lp_arr = out[0], lp_arr[0]
         return (out, lp_arr) if return_logprobs else out
 
-    def _generate_iter(self, ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens):
+    def _generate_iter(self, ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens,
+                       context_shift=1):
         from .sampling import check_sampling_args, choose
 
         arr, one_d = _check_ids(ids, self._config)
@@ -332,6 +406,11 @@ class Model:
                 raise ValueError(f"generate: seed must be a non-negative int or None, got {seed}")
         rng = np.random.default_rng(seed)
         n_ctx, learned = self._config.n_ctx, self._config.pos == "learned"
+        if isinstance(context_shift, (bool, np.bool_)) or not isinstance(context_shift, (int, np.integer)):
+            raise TypeError(f"generate: context_shift must be an int, got {context_shift!r}")
+        if not 1 <= context_shift <= n_ctx:
+            raise ValueError(f"generate: context_shift must be in [1, n_ctx = {n_ctx}], got {context_shift}")
+        shift, warned = int(context_shift), False
         b, t = arr.shape
         _check_run_alloc(self._config, self.dtype.itemsize, b, min(t, n_ctx) if learned else t, b,
                          f"generate on ids of shape {arr.shape}")
@@ -344,19 +423,29 @@ class Model:
         logits = self._native.step(cache, np.ascontiguousarray(seq), "last")
         done = np.zeros(b, dtype=bool)
         last = np.zeros(b, dtype=np.int64)
-        for _ in range(int(max_new_tokens)):
+        for i in range(int(max_new_tokens)):
             tok, lp = choose(logits, temperature, top_k, top_p, greedy, rng)
             tok = np.where(done, last, tok)
             if stops is not None:
                 done |= np.isin(tok, stops)
             last = tok
             yield (int(tok[0]) if one_d else tok.copy()), (float(lp[0]) if one_d else lp)
-            if stops is not None and done.all():
-                return
+            if (stops is not None and done.all()) or i == max_new_tokens - 1:
+                return  # no step for logits nobody will read
             seq = np.concatenate([seq, tok[:, None]], axis=1)
             if learned and seq.shape[1] > n_ctx:
-                # Crop to the last n_ctx tokens and rebuild the cache from them.
-                seq = seq[:, -n_ctx:]
+                # Drop the `shift` oldest tokens (shift 1: keep exactly the last n_ctx, the
+                # lesson's crop) and rebuild the cache from the rest.
+                if shift == 1 and not warned:
+                    warned = True
+                    fast = n_ctx // 4
+                    hint = (f" context_shift={fast} would drop {fast} tokens at once and rebuild once per "
+                            f"{fast} tokens." if fast > 1 else "")
+                    warnings.warn(
+                        f"generate: the sequence reached n_ctx = {n_ctx}; with context_shift=1 (the exact "
+                        f"crop) every further token rebuilds the cache from the last {n_ctx} tokens, a full "
+                        f"prefill per token.{hint}", UserWarning, stacklevel=3)
+                seq = seq[:, shift:]
                 cache = self.new_cache(b)
                 logits = self._native.step(cache, np.ascontiguousarray(seq), "last")
             else:
@@ -389,11 +478,38 @@ def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: O
     return model.forward(ids, **run_opts)
 
 
-def load(path: Union[str, "os.PathLike[str]"], *, dtype: Any = "float32", n_heads: Optional[int] = None) -> Model:
+def load(
+    path: Union[str, "os.PathLike[str]"],
+    *,
+    dtype: Any = "float32",
+    n_heads: Optional[int] = None,
+    tokenizer: Any = None,
+) -> Model:
     """Load a Hugging Face GPT-2 checkpoint folder (``config.json`` + ``model.safetensors``) or
-    a ``.safetensors`` file into a ``Model``. Pickle checkpoints are refused."""
+    a ``.safetensors`` file into a ``Model``. Pickle checkpoints are refused.
+
+    ``model.tokenizer`` is the folder's tokenizer (``tokenizer.json``, or ``vocab.json`` +
+    ``merges.txt``) when it has one, else ``None``: ids work either way, text calls then raise
+    an error naming the missing files. ``tokenizer`` (a folder, or a
+    ``gptcore.Tokenizer``) takes the tokenizer from elsewhere.
+    """
+    from .tokenizer import Tokenizer, missing_tokenizer_message
+
     weights, config = load_safetensors(path, n_heads=n_heads)
-    return Model(weights, config, dtype=dtype, n_heads=n_heads)
+    model = Model(weights, config, dtype=dtype, n_heads=n_heads)
+    if tokenizer is not None:
+        model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
+        return model
+    p = Path(os.fspath(path))
+    if p.is_dir():
+        try:
+            model.tokenizer = Tokenizer.from_folder(p)
+        except FileNotFoundError as e:  # ids still work; text calls repeat why there is none
+            model._tokenizer_missing = str(e).split(": ", 1)[-1]
+    else:
+        model._tokenizer_missing = (missing_tokenizer_message(None) + f" ({str(p)!r} is a single file; "
+                                    "pass load(..., tokenizer=folder))")
+    return model
 
 
 def softmax(x: Any, axis: int = -1) -> np.ndarray:

@@ -1,0 +1,229 @@
+"""Text to token ids and back: a small wrapper over Hugging Face's ``tokenizers`` library.
+
+A GPT-2 folder from the Hub holds its tokenizer either as ``tokenizer.json`` (the fast
+tokenizer's full description) or as the byte-level BPE pair ``vocab.json`` + ``merges.txt``;
+``Tokenizer.from_folder`` reads either. Ids are numpy ``int64`` arrays, as everywhere in
+gptcore. Nothing here splits or merges text by hand: the Rust library does all of it.
+
+Byte-level BPE cuts text into bytes before merging, so one character (``é`` is two UTF-8
+bytes, most emoji four) may be spread over several tokens. ``Tokenizer.decode`` of a
+prefix that ends inside a character gives a replacement character (``U+FFFD``); the streaming
+decoder (``Tokenizer.stream``) holds such tokens back until the character is complete.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, List, Optional, Union
+
+import numpy as np
+
+__all__ = ["Tokenizer", "StreamDecoder", "TOKENIZER_FILES"]
+
+#: What ``Tokenizer.from_folder`` looks for: the first entry, or both files of the second.
+TOKENIZER_FILES = ("tokenizer.json", ("vocab.json", "merges.txt"))
+
+_EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>")
+_REPLACEMENT = "\ufffd"
+
+
+def _tokenizers():
+    try:
+        import tokenizers
+    except ImportError:  # pragma: no cover - a core dependency, missing only in a broken install
+        raise ImportError(
+            "gptcore's text support needs Hugging Face's `tokenizers` package: pip install tokenizers"
+        ) from None
+    return tokenizers
+
+
+def missing_tokenizer_message(folder: Union[str, "os.PathLike[str]", None]) -> str:
+    """The sentence used when a text call meets a model without a tokenizer."""
+    where = f" in {str(folder)!r}" if folder is not None else ""
+    return (f"no tokenizer{where}: text needs tokenizer.json, or vocab.json and merges.txt "
+            "(the files of a Hugging Face GPT-2 folder)")
+
+
+class Tokenizer:
+    """Token ids for text and text for token ids.
+
+    Build one with ``from_folder`` (a Hugging Face model folder), ``from_file``
+    (a ``tokenizer.json``) or by wrapping a ``tokenizers.Tokenizer``. Padding and truncation
+    settings stored in the file are switched off: gptcore wants every token of the text.
+    """
+
+    def __init__(self, tokenizer: Any, *, source: Optional[str] = None) -> None:
+        tk = _tokenizers()
+        if not isinstance(tokenizer, tk.Tokenizer):
+            raise TypeError(f"Tokenizer: expected a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        self._tk = tokenizer
+        self._source = source
+        self._vocab_size = int(tokenizer.get_vocab_size(with_added_tokens=True))
+        eos = None
+        for name in _EOS_NAMES:
+            i = tokenizer.token_to_id(name)
+            if i is not None:
+                eos = int(i)
+                break
+        self._eos_id = eos
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_file(cls, path: Union[str, "os.PathLike[str]"]) -> "Tokenizer":
+        """Read a ``tokenizer.json`` file."""
+        p = Path(os.fspath(path))
+        if not p.is_file():
+            raise FileNotFoundError(f"Tokenizer.from_file: no such file: {str(p)!r}")
+        try:
+            tok = _tokenizers().Tokenizer.from_file(str(p))
+        except Exception as e:  # the Rust library raises a plain Exception for a malformed file
+            raise ValueError(f"Tokenizer.from_file: {str(p)!r} is not a valid tokenizer.json: {e}") from None
+        return cls(tok, source=str(p))
+
+    @classmethod
+    def from_folder(cls, path: Union[str, "os.PathLike[str]"]) -> "Tokenizer":
+        """Read the tokenizer of a Hugging Face model folder: ``tokenizer.json`` when it is
+        there, else the byte-level BPE pair ``vocab.json`` + ``merges.txt`` (GPT-2's
+        pre-tokenizer and decoder, no prefix space; ``<|endoftext|>`` in the vocabulary is
+        made a special token, as GPT-2's tokenizers do).
+
+        Raises ``FileNotFoundError`` naming the missing files, ``ValueError`` for files that
+        cannot be parsed.
+        """
+        try:
+            p = Path(os.fspath(path))
+        except TypeError:
+            raise TypeError(f"Tokenizer.from_folder: path must be a str or os.PathLike, got {type(path).__name__}") from None
+        if not p.is_dir():
+            raise FileNotFoundError(f"Tokenizer.from_folder: no such folder: {str(p)!r}")
+        if (p / "tokenizer.json").is_file():
+            return cls.from_file(p / "tokenizer.json")
+        vocab, merges = p / "vocab.json", p / "merges.txt"
+        if vocab.is_file() and merges.is_file():
+            return cls._from_pair(vocab, merges)
+        if vocab.is_file() or merges.is_file():
+            missing = "merges.txt" if vocab.is_file() else "vocab.json"
+            raise FileNotFoundError(
+                f"Tokenizer.from_folder: {str(p)!r} has no tokenizer.json and only half of the "
+                f"vocab.json + merges.txt pair: {missing} is missing")
+        raise FileNotFoundError(f"Tokenizer.from_folder: {missing_tokenizer_message(p)}")
+
+    @classmethod
+    def _from_pair(cls, vocab: Path, merges: Path) -> "Tokenizer":
+        tk = _tokenizers()
+        try:
+            model = tk.models.BPE.from_file(str(vocab), str(merges))
+        except Exception as e:
+            raise ValueError(f"Tokenizer.from_folder: cannot read {str(vocab)!r} and {str(merges)!r}: {e}") from None
+        tok = tk.Tokenizer(model)
+        tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = tk.decoders.ByteLevel()
+        specials = [n for n in _EOS_NAMES if tok.token_to_id(n) is not None]
+        if specials:
+            tok.add_special_tokens(specials)
+        return cls(tok, source=str(vocab.parent))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids the tokenizer can produce (added tokens included)."""
+        return self._vocab_size
+
+    @property
+    def eos_id(self) -> Optional[int]:
+        """The end-of-text token (``<|endoftext|>`` for GPT-2), or ``None``."""
+        return self._eos_id
+
+    @property
+    def backend(self) -> Any:
+        """The wrapped ``tokenizers.Tokenizer``."""
+        return self._tk
+
+    def __repr__(self) -> str:
+        src = f", source={self._source!r}" if self._source else ""
+        return f"Tokenizer(vocab_size={self._vocab_size}{src})"
+
+    # ------------------------------------------------------------------ text <-> ids
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of ``text``, a 1-D ``int64`` array (empty for ``""``). No special tokens
+        are added; special tokens written in the text (``<|endoftext|>``) are recognised."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode: text must be a str, got {type(text).__name__}")
+        ids = self._tk.encode(text, add_special_tokens=False).ids
+        return np.array(ids, dtype=np.int64)
+
+    def decode(self, ids: Any) -> str:
+        """Text of token ids (a 1-D sequence of ints). Bytes that do not form UTF-8 characters
+        (a prefix cut inside a character) become ``U+FFFD``."""
+        return self._tk.decode(self._id_list(ids, "decode"), skip_special_tokens=False)
+
+    def _id_list(self, ids: Any, fn: str) -> List[int]:
+        arr = np.asarray(ids)
+        if arr.dtype == np.bool_ or (arr.size and arr.dtype.kind not in "iu"):
+            raise TypeError(f"{fn}: ids must be integer token ids, got dtype {arr.dtype}")
+        if arr.ndim != 1:
+            raise ValueError(f"{fn}: ids must be a 1-D sequence of token ids, got shape {arr.shape}")
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self._vocab_size):
+            bad = int(arr.min()) if int(arr.min()) < 0 else int(arr.max())
+            raise ValueError(f"{fn}: token id {bad} is out of range [0, {self._vocab_size})")
+        return [int(i) for i in arr.tolist()]
+
+    def stream(self) -> "StreamDecoder":
+        """A fresh ``StreamDecoder`` for this tokenizer."""
+        return StreamDecoder(self)
+
+
+class StreamDecoder:
+    """Decode ids one at a time without ever emitting part of a character.
+
+    ``push(id)`` returns the new text that the id completes (often ``""`` while a character's
+    bytes are still arriving); ``flush()`` returns what is held back at the end (a character
+    left incomplete becomes ``U+FFFD``). The pieces joined equal ``tokenizer.decode`` of all
+    the ids. Each call decodes only the ids since the last complete character plus the one
+    before, so a long stream costs a constant amount per token.
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        if not isinstance(tokenizer, Tokenizer):
+            raise TypeError(f"StreamDecoder: expected a gptcore Tokenizer, got {type(tokenizer).__name__}")
+        self._tok = tokenizer
+        self._ids: List[int] = []
+        self._prefix = 0  # first id decoded each time (context for decoders that look back)
+        self._read = 0    # ids before this one have been emitted
+
+    def push(self, token: int) -> str:
+        """Add one id; return the text it completes."""
+        self._ids.extend(self._tok._id_list([token], "StreamDecoder.push"))
+        return self._emit(final=False)
+
+    def extend(self, tokens: Iterable[int]) -> str:
+        """Add several ids; return the text they complete."""
+        ids = list(tokens)
+        if not ids:
+            return ""
+        self._ids.extend(self._tok._id_list(ids, "StreamDecoder.extend"))
+        return self._emit(final=False)
+
+    def flush(self) -> str:
+        """Return whatever is held back (incomplete bytes become ``U+FFFD``) and reset."""
+        out = self._emit(final=True)
+        self._ids, self._prefix, self._read = [], 0, 0
+        return out
+
+    def _emit(self, final: bool) -> str:
+        if self._read == len(self._ids):
+            return ""
+        dec = self._tok._tk.decode
+        before = dec(self._ids[self._prefix:self._read], skip_special_tokens=False)
+        text = dec(self._ids[self._prefix:], skip_special_tokens=False)
+        if not final and (len(text) <= len(before) or text.endswith(_REPLACEMENT)):
+            return ""  # a character still incomplete: wait for its remaining bytes
+        new = text[len(before):]
+        # keep the last emitted ids as context (decoders such as Metaspace treat the first
+        # token of a decode differently), drop the rest
+        del self._ids[: self._prefix]
+        self._prefix, self._read = self._read - self._prefix, len(self._ids)
+        return new
