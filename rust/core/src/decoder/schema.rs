@@ -161,29 +161,7 @@ pub struct Tensor<'a, T> {
     pub data: &'a [T],
 }
 
-/// Named weights, looked up and checked against the schema.
-pub struct Source<'s, 'a, T>(pub &'s HashMap<String, Tensor<'a, T>>);
-
-impl<'a, T> Source<'_, 'a, T> {
-    /// The values of `spec`, or an error naming the tensor and the expected shape.
-    pub fn get(&self, spec: &TensorSpec) -> Result<&'a [T]> {
-        let (name, shape) = (&spec.name, &spec.shape);
-        match self.0.get(name) {
-            None => {
-                crate::value_error!("weights: missing tensor {name:?} (expected shape {shape:?})")
-            }
-            Some(t) if &t.shape != shape => crate::value_error!(
-                "weights: tensor {name:?} has shape {:?}, expected {shape:?}",
-                t.shape
-            ),
-            Some(t) if t.data.len() != shape.iter().product::<usize>() => crate::value_error!(
-                "weights: tensor {name:?} holds {} values for shape {shape:?}",
-                t.data.len()
-            ),
-            Some(t) => Ok(t.data),
-        }
-    }
-}
+pub use super::storage::Source;
 
 /// Exported weights: `(name, shape, row-major values)`.
 pub type Exported<T> = Vec<(String, Vec<usize>, Vec<T>)>;
