@@ -38,11 +38,15 @@ from .lessons import (
     to_zero_based,
 )
 from .model import Model, forward, load, softmax
+from .half import from_half_bits, round_weights, to_half_bits
 from .weights import expected_shapes, infer_config, init_weights, load_safetensors, save_safetensors, validate
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "round_weights",
+    "to_half_bits",
+    "from_half_bits",
     "ChinchillaBudget",
     "FlopCount",
     "LESSON14_IDS_1BASED",

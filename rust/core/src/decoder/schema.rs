@@ -4,8 +4,6 @@
 //! initialisation and documentation ([`schema`]) all read it from here.
 
 use super::Config;
-use crate::Result;
-use std::collections::HashMap;
 
 /// One tensor: its name, shape, and what it is (the initialisation schemes key on the kind:
 /// `wte`, `wpe`, `ln_weight`, `ln_bias`, `c_attn`, `attn_proj`, `c_fc`, `mlp_proj`, `bias`,
