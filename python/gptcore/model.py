@@ -87,6 +87,12 @@ class Model:
     multiplies the two residual
     projections (``attn.c_proj.weight`` and ``mlp.c_proj.weight``), the lesson's
     ``1/sqrt(2N)`` experiment.
+
+    ``weight_dtype="bfloat16"`` or ``"float16"`` (with ``dtype="float32"``) stores the weight
+    matrices, the LM head and the embedding tables 16-bit (biases and LayerNorm parameters stay
+    float32) and computes in float32: the model's outputs equal, bit for bit, those of the
+    float32 model built from ``gptcore.round_weights(weights, weight_dtype)`` (see the
+    "16-bit weights" page).
     """
 
     def __init__(
