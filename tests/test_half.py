@@ -45,9 +45,10 @@ def _bf16_reference(x):
     lo = (u >> 16).astype(np.uint64)
     hi = lo + 1
     lo_v = (lo << 16).astype(np.uint32).view(np.float32).astype(np.float64)
-    hi_v = (hi << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+    # hi's pattern wraps for the largest negative NaN patterns only; those are NaN inputs
+    hi_v = ((hi << 16) & 0xFFFFFFFF).astype(np.uint32).view(np.float32).astype(np.float64)
     xv = x.astype(np.float64)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         d_lo, d_hi = np.abs(xv - lo_v), np.abs(hi_v - xv)
         # hi may be infinity (from the largest finite): the IEEE rule is the midpoint test.
         mid = (lo_v + (lo_v + 2.0 ** (np.floor(np.log2(np.abs(lo_v) + 1e-300)) - 7) * np.sign(lo_v))) / 2

@@ -56,7 +56,7 @@ def _float32(what: str, x: Any) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype.kind != "f" and a.dtype.name != "bfloat16":
         raise TypeError(f"{what}: x must be a float array, got dtype {a.dtype}")
-    return np.ascontiguousarray(a, dtype=np.float32)
+    return np.asarray(a, dtype=np.float32, order="C")
 
 
 def to_half_bits(x: Any, dtype: Any = "bfloat16") -> np.ndarray:
@@ -78,7 +78,7 @@ def from_half_bits(bits: Any, dtype: Any = "bfloat16") -> np.ndarray:
     b = np.asarray(bits)
     if b.dtype != np.uint16:
         raise TypeError(f"from_half_bits: bits must be a uint16 array, got dtype {b.dtype}")
-    return _native._from_half_bits(np.ascontiguousarray(b), half_dtype_name("from_half_bits: dtype", dtype))
+    return _native._from_half_bits(np.asarray(b, order="C"), half_dtype_name("from_half_bits: dtype", dtype))
 
 
 def round_weights(x: Any, dtype: Any = "bfloat16") -> Any:
