@@ -37,6 +37,7 @@ def _bits(a):
 
 # ---------------------------------------------------------------------------------- rounding
 
+@np.errstate(all="ignore")  # NaN patterns and the neighbour above the largest finite value
 def _bf16_reference(x):
     """bfloat16 rounding from its definition: the two neighbours by truncation, the nearer in
     exact float64 arithmetic, ties to the even pattern; NaN stays NaN."""
