@@ -172,7 +172,9 @@ fn build_half(
     for (k, v) in weights.iter() {
         let name: String = k.extract()?;
         let arr = v.extract::<PyReadonlyArrayDyn<'_, f32>>().map_err(|_| {
-            PyTypeError::new_err(format!("weights[{name:?}] must be a numpy array of dtype float32"))
+            PyTypeError::new_err(format!(
+                "weights[{name:?}] must be a numpy array of dtype float32"
+            ))
         })?;
         if !arr.is_c_contiguous() {
             return Err(PyValueError::new_err(format!(

@@ -103,9 +103,15 @@ fn check_format(fmt: WeightFormat) {
         // Export gives the rounded weights back, widened.
         for ((n, _, v), (n2, _, _, v2)) in half.export().iter().zip(&r) {
             assert_eq!(n, n2);
-            assert!(v.iter().zip(v2).all(|(a, b)| a.to_bits() == b.to_bits()), "{n}");
+            assert!(
+                v.iter().zip(v2).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{n}"
+            );
         }
-        assert!(half.nbytes() * 10 < want.nbytes() * 6, "16-bit storage is smaller");
+        assert!(
+            half.nbytes() * 10 < want.nbytes() * 6,
+            "16-bit storage is smaller"
+        );
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         let (b, t) = (2, 70);
         let ids: Vec<u32> = (0..b * t).map(|_| rng.gen_range(0..101)).collect();
@@ -127,7 +133,9 @@ fn check_format(fmt: WeightFormat) {
         // Cached decoding reproduces the forward pass.
         let v = cfg.vocab_size;
         let mut cache = half.new_cache(b);
-        let pre_ids: Vec<u32> = (0..b).flat_map(|r| ids[r * t..r * t + 3].to_vec()).collect();
+        let pre_ids: Vec<u32> = (0..b)
+            .flat_map(|r| ids[r * t..r * t + 3].to_vec())
+            .collect();
         let req = Request {
             ids: &pre_ids,
             batch: b,

@@ -2,8 +2,8 @@
 //! are still in the cache (bias, GELU, the residual addition).
 
 use super::schema::{export, Exported, LinearSpec, Source};
-use super::Float;
 use super::storage::Packed;
+use super::Float;
 use crate::gemm::{MatRef, Options, Tile};
 use crate::kernels;
 use crate::threads::SendPtr;

@@ -24,6 +24,7 @@ mod self_attention;
 pub mod storage;
 mod workspace;
 
+pub use crate::half::WeightFormat;
 pub use block::Block;
 pub use config::Config;
 pub use embedding::Embedding;
@@ -31,7 +32,6 @@ pub use linear::Linear;
 pub use norm::Norm;
 pub use schema::{schema, Layout, Tensor, TensorSpec};
 pub use storage::{Fetch, Packed, Table};
-pub use crate::half::WeightFormat;
 
 use crate::buffer_pool::BufferPool;
 use crate::gemm::{GemmElement, MatRef, Options};
@@ -443,6 +443,6 @@ impl<T: Float> Model<T> {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod half_tests;
+#[cfg(test)]
+mod tests;

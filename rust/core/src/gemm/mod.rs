@@ -192,7 +192,10 @@ impl<T: PanelValue> BSource<'_, T> {
                 let (k0, _) = kb.block(p);
                 if (jp + 1) * T::PANEL_NR <= b.cols {
                     // SAFETY: row k0, column jp * NR lies inside B.
-                    let ptr = unsafe { b.ptr.offset(k0 as isize * b.rs + (jp * T::PANEL_NR) as isize) };
+                    let ptr = unsafe {
+                        b.ptr
+                            .offset(k0 as isize * b.rs + (jp * T::PANEL_NR) as isize)
+                    };
                     (ptr, b.rs as usize)
                 } else {
                     let edge = edge.as_ref().expect("a partial panel is packed");
@@ -327,6 +330,6 @@ pub fn matmul<T: GemmElement>(a: &[T], b: &[T], m: usize, k: usize, n: usize) ->
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod half_tests;
+#[cfg(test)]
+mod tests;

@@ -109,7 +109,9 @@ impl<T: PanelValue> PackedB<T> {
 
     /// Values a packed (K x N) matrix holds (its last panel padded to NR columns).
     pub fn packed_len(k: usize, n: usize) -> usize {
-        n.div_ceil(T::PANEL_NR).saturating_mul(T::PANEL_NR).saturating_mul(k)
+        n.div_ceil(T::PANEL_NR)
+            .saturating_mul(T::PANEL_NR)
+            .saturating_mul(k)
     }
 
     /// The storage back, for [`PackedB::pack_into`] to reuse.
@@ -137,7 +139,8 @@ impl<T: PanelValue> PackedB<T> {
                 let (k0, kc) = kb.block(p);
                 let base = npad * k0 + (panels - 1) * T::PANEL_NR * kc;
                 for kk in 0..kc {
-                    data[base + kk * T::PANEL_NR + (n - j0)..base + (kk + 1) * T::PANEL_NR].fill(T::PAD);
+                    data[base + kk * T::PANEL_NR + (n - j0)..base + (kk + 1) * T::PANEL_NR]
+                        .fill(T::PAD);
                 }
             }
         }
@@ -159,9 +162,9 @@ impl<T: PanelValue> PackedB<T> {
                             // SAFETY: step kr - k0 of panel (p, jp) is NR values of `data`
                             // that no other row writes; the pad columns stay zero.
                             unsafe {
-                                let dst = ptr
-                                    .get()
-                                    .add(npad * k0 + jp * T::PANEL_NR * kc + (kr - k0) * T::PANEL_NR);
+                                let dst = ptr.get().add(
+                                    npad * k0 + jp * T::PANEL_NR * kc + (kr - k0) * T::PANEL_NR,
+                                );
                                 if j0 + T::PANEL_NR <= n {
                                     std::ptr::copy_nonoverlapping(src.add(j0), dst, T::PANEL_NR);
                                 } else {
@@ -191,13 +194,17 @@ impl<T: PanelValue> PackedB<T> {
                         if along_k {
                             for j in 0..nc {
                                 for kk in 0..kc {
-                                    unsafe { *dst.add(kk * T::PANEL_NR + j) = b.at(k0 + kk, j0 + j) };
+                                    unsafe {
+                                        *dst.add(kk * T::PANEL_NR + j) = b.at(k0 + kk, j0 + j)
+                                    };
                                 }
                             }
                         } else {
                             for kk in 0..kc {
                                 for j in 0..nc {
-                                    unsafe { *dst.add(kk * T::PANEL_NR + j) = b.at(k0 + kk, j0 + j) };
+                                    unsafe {
+                                        *dst.add(kk * T::PANEL_NR + j) = b.at(k0 + kk, j0 + j)
+                                    };
                                 }
                             }
                         }

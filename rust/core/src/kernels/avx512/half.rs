@@ -187,5 +187,19 @@ macro_rules! avx512_half {
     };
 }
 
-avx512_half!(Bf16, widen_bf16, tile_bf16, tile_rows_bf16, wide_bf16, wide_rows_bf16);
-avx512_half!(F16, widen_f16, tile_f16, tile_rows_f16, wide_f16, wide_rows_f16);
+avx512_half!(
+    Bf16,
+    widen_bf16,
+    tile_bf16,
+    tile_rows_bf16,
+    wide_bf16,
+    wide_rows_bf16
+);
+avx512_half!(
+    F16,
+    widen_f16,
+    tile_f16,
+    tile_rows_f16,
+    wide_f16,
+    wide_rows_f16
+);
