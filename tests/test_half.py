@@ -435,3 +435,32 @@ def test_half_accuracy_against_float64_reference(name):
         same = m.generate(prompt, 64, greedy=True) == greedy32
         lead = int(np.argmin(same)) if not same.all() else same.size
         assert lead >= 32, (fmt, lead)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_untied_model_round_trip_and_duplicate_head(tmp_path, fmt):
+    config = gptcore.GPTConfig(vocab_size=90, n_ctx=24, d_model=32, n_heads=2, n_layers=2, tied=False)
+    w = gptcore.init_weights(config, seed=3)
+    m = gptcore.Model(w, config, weight_dtype=fmt)
+    m.save(tmp_path / "u")
+    back = gptcore.load(tmp_path / "u", weight_dtype=fmt)
+    ids = _ids(config, 2, 10, 1)
+    assert np.array_equal(_bits(back.forward(ids)), _bits(m.forward(ids)))
+    assert back.config.tied is False
+    # a tied checkpoint that also stores lm_head (equal bytes) loads as tied; a different
+    # lm_head under a tied configuration is refused
+    tied = gptcore.GPTConfig(vocab_size=90, n_ctx=24, d_model=32, n_heads=2, n_layers=2)
+    wt = gptcore.init_weights(tied, seed=4)
+    for same, ok in ((True, True), (False, False)):
+        def add_head(t, same=same):
+            code, shape, raw, _ = t["transformer.wte.weight"]
+            t["lm_head.weight"] = (code, shape, raw if same else raw[::-1], None)
+        p = tmp_path / f"tied-{same}.safetensors"
+        _bf16_checkpoint(p, tied, wt, "bfloat16", "BF16", add_head)
+        if ok:
+            got = gptcore.load(p, weight_dtype=fmt)
+            ref = gptcore.Model(gptcore.round_weights(gptcore.round_weights(wt, "bfloat16"), fmt), tied)
+            assert np.array_equal(_bits(got.forward(ids)), _bits(ref.forward(ids)))
+        else:
+            with pytest.raises(ValueError, match="lm_head"):
+                gptcore.load(p, weight_dtype=fmt)
