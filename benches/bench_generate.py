@@ -19,6 +19,12 @@ Bounds:
 The agreement column counts the leading new tokens that gptcore and transformers share (worst
 sequence): with float32 rounding, a near-tie between two logits can flip a greedy choice.
 
+--weight-dtype bfloat16,float16 adds gptcore models with 16-bit weights (float32 arithmetic),
+timed in the same alternating rounds as the float32 one, and prints a second table: their
+tokens/s, the ratio to gptcore float32, their share of the bandwidth bound for 2-byte weights,
+how many leading tokens agree with float32, then a prefill table (forward over 1 x 128 tokens,
+alternating) and the models' resident weight bytes.
+
 Run:  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /work/benchenv/bin/python benches/bench_generate.py
 """
 
@@ -34,6 +40,7 @@ from _common import (
     compare,
     environment_report,
     fmt,
+    fmt_bytes,
     has_model,
     import_torch,
     markdown_table,
@@ -92,7 +99,10 @@ def main():
     ap.add_argument("--batch", default=None, help="comma list of B (default 1,8)")
     ap.add_argument("--reps", type=int, default=None, help="samples per implementation (default 3, quick 2)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--weight-dtype", default=None,
+                    help="comma list of 16-bit weight storages (bfloat16,float16) to time against gptcore float32")
     args = ap.parse_args()
+    half_dtypes = [s.strip() for s in args.weight_dtype.split(",")] if args.weight_dtype else []
 
     threads_list = parse_int_list(args.threads)
     batches = parse_int_list(args.batch) if args.batch else ([1] if args.quick else [1, 8])
@@ -115,6 +125,8 @@ def main():
     model = gptcore.Model(weights) if has_model() else None
     if model is None:
         notes.append("- gptcore.Model is not in this build: gptcore columns skipped")
+    half_models = {wd: gptcore.Model(weights, weight_dtype=wd) for wd in half_dtypes}
+    half_rows = []
     hf = hf_model(weights, config, torch, transformers) if torch is not None else None
     pad = config.vocab_size - 1
 
@@ -136,6 +148,10 @@ def main():
                 run_g = gptcore_runner(model, B)
                 outs["gptcore"] = run_g(ids)
                 fns["gptcore"] = lambda run=run_g: run(ids)
+            for wd, hm in half_models.items():
+                run_h = gptcore_runner(hm, B)
+                outs["gptcore " + wd] = run_h(ids)
+                fns["gptcore " + wd] = lambda run=run_h: run(ids)
             if hf is not None:
                 run_t = torch_runner(hf, torch, B, pad)
                 outs["transformers"] = run_t(ids)
@@ -159,9 +175,34 @@ def main():
                 f"{100 * g / floor:.0f}%" if g else "-", f"{100 * t / floor:.0f}%" if t else "-",
                 agree, f"{100 * max(r.spread for r in res.values()):.0f}%",
             ])
+            for wd in half_models:
+                h = B * NEW / res["gptcore " + wd].median
+                same = outs["gptcore " + wd] == outs["gptcore"]
+                lead = min(int(np.argmin(row)) if not row.all() else NEW for row in same)
+                half_rows.append([B, threads, wd, fmt(g, 1), fmt(h, 1), fmt(h / g if g else None, 2),
+                                  f"{100 * h / (2 * bw_bound):.0f}%", f"{lead}/{NEW}"])
             print(f"  done threads={threads} B={B} ({time.perf_counter() - t0:.0f} s)", flush=True)
     print()
     print(markdown_table(headers, rows))
+    if half_models:
+        print("\n16-bit weights against gptcore float32 (same rounds; BW bound for 2-byte weights):\n")
+        print(markdown_table(["B", "thr", "weights", "float32 tok/s", "16-bit tok/s", "x float32",
+                              "%BW bound (2 B)", "agree with float32"], half_rows))
+        prefill = []
+        ids = rng.integers(0, config.vocab_size - 1, size=(1, 128), dtype=np.int64)
+        for threads in threads_list:
+            set_threads(threads, torch)
+            fns = {"float32": lambda: model.forward(ids, logits="last")}
+            for wd, hm in half_models.items():
+                fns[wd] = lambda hm=hm: hm.forward(ids, logits="last")
+            res = compare(fns, reps=max(reps, 5), min_time=0.2)
+            for wd in half_models:
+                prefill.append([threads, wd, fmt(128 / res["float32"].median, 0), fmt(128 / res[wd].median, 0),
+                                fmt(res["float32"].median / res[wd].median, 2)])
+        print("\nPrefill, forward over 1 x 128 tokens (tokens/s):\n")
+        print(markdown_table(["thr", "weights", "float32", "16-bit", "x float32"], prefill))
+        print("\nWeights held: float32 " + fmt_bytes(model.nbytes) + "; " + "; ".join(
+            f"{wd} {fmt_bytes(hm.nbytes)} ({hm.nbytes / model.nbytes:.2f}x)" for wd, hm in half_models.items()))
     print("\n" + closing_line(t0))
 
 

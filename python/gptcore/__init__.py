@@ -39,6 +39,7 @@ from .lessons import (
 )
 from .model import Model, forward, load, softmax
 from .tokenizer import Tokenizer
+from .half import from_half_bits, round_weights, to_half_bits
 from .weights import expected_shapes, infer_config, init_weights, load_safetensors, save_safetensors, validate
 
 __version__ = "0.1.0"
@@ -53,6 +54,9 @@ _env.check(_os.environ, _native)
 del _os
 
 __all__ = [
+    "round_weights",
+    "to_half_bits",
+    "from_half_bits",
     "ChinchillaBudget",
     "FlopCount",
     "LESSON14_IDS_1BASED",

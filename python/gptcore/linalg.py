@@ -24,6 +24,8 @@ __all__ = [
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # PackedMatrix.dtype is a name; numpy builds ``dtype.name`` anew at every call (~2 us).
 _BY_NAME = {d.name: d for d in _FLOATS}
+# A 16-bit PackedMatrix (bfloat16 / float16 storage) multiplies float32 left sides.
+_BY_NAME.update({"bfloat16": np.dtype(np.float32), "float16": np.dtype(np.float32)})
 
 
 def _check_operand(name: str, x: object) -> np.ndarray:
@@ -42,7 +44,9 @@ def matmul(a: np.ndarray, b: Union[np.ndarray, PackedMatrix], *, kernel: Optiona
     Every output element is one fused multiply-add chain over k = 0, 1, ..., K-1 in ascending
     order, so the result is bit-identical to ``matmul_reference`` whatever the kernel,
     the block sizes or the thread count. ``a`` may have any strides (transposed views
-    included); ``b`` may be a ``PackedMatrix`` packed once and reused.
+    included); ``b`` may be a ``PackedMatrix`` packed once and reused. A 16-bit
+    ``PackedMatrix(b, dtype="bfloat16" | "float16")`` takes a float32 ``a`` and gives float32,
+    bit-identical to ``matmul_reference`` on ``round_weights(b, dtype)``.
 
     Examples:
         >>> import numpy as np, gptcore
@@ -54,7 +58,8 @@ def matmul(a: np.ndarray, b: Union[np.ndarray, PackedMatrix], *, kernel: Optiona
     _check_operand("a", a)
     if isinstance(b, PackedMatrix):
         if a.dtype != _BY_NAME[b.dtype]:
-            raise TypeError(f"matmul: a has dtype {a.dtype} but the PackedMatrix b holds {b.dtype}")
+            raise TypeError(f"matmul: a has dtype {a.dtype} but the PackedMatrix b holds {b.dtype}"
+                            + (" (16-bit matrices take a float32 a)" if b.dtype in ("bfloat16", "float16") else ""))
         if a.shape[1] != b.shape[0]:
             raise ValueError(f"matmul: shapes {a.shape} and {b.shape} are not aligned (a.shape[1] != b.shape[0])")
     else:

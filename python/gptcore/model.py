@@ -14,6 +14,7 @@ from . import _native
 from ._memory import check_alloc
 from ._checks import dtype_name
 from .config import GPTConfig
+from .half import half_dtype_name, open_lazy, save_half
 from .weights import infer_config, load_safetensors, save_safetensors, validate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,6 +28,18 @@ _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 def _dtype_name(dtype: Any, fn: str = "Model") -> str:
     return dtype_name(fn, dtype, tuple(_DTYPES))
+
+
+def _weight_dtype(weight_dtype: Any, dtype_name: str) -> Optional[str]:
+    """None, or "bfloat16" / "float16" (which needs dtype float32)."""
+    if weight_dtype is None:
+        return None
+    wd = half_dtype_name("weight_dtype", weight_dtype)
+    if dtype_name != "float32":
+        raise ValueError(
+            f"weight_dtype={wd!r} needs dtype='float32' (16-bit weights, float32 arithmetic), got dtype={dtype_name!r}"
+        )
+    return wd
 
 
 def _check_ids(ids: Any, config: GPTConfig, what: str = "ids") -> Tuple[np.ndarray, bool]:
@@ -75,6 +88,12 @@ class Model:
     multiplies the two residual
     projections (``attn.c_proj.weight`` and ``mlp.c_proj.weight``), the lesson's
     ``1/sqrt(2N)`` experiment.
+
+    ``weight_dtype="bfloat16"`` or ``"float16"`` (with ``dtype="float32"``) stores the weight
+    matrices, the LM head and the embedding tables 16-bit (biases and LayerNorm parameters stay
+    float32) and computes in float32: the model's outputs equal, bit for bit, those of the
+    float32 model built from ``gptcore.round_weights(weights, weight_dtype)`` (see the
+    "16-bit weights" page).
     """
 
     def __init__(
@@ -85,6 +104,7 @@ class Model:
         dtype: Any = "float32",
         branch_scale: float = 1.0,
         n_heads: Optional[int] = None,
+        weight_dtype: Any = None,
     ) -> None:
         if not isinstance(weights, Mapping):
             raise TypeError(f"Model: weights must be a mapping name -> numpy array, got {type(weights).__name__}")
@@ -99,6 +119,7 @@ class Model:
         if not math.isfinite(branch_scale):
             raise ValueError(f"Model: branch_scale must be a finite number, got {branch_scale!r}")
         name = _dtype_name(dtype)
+        wd = _weight_dtype(weight_dtype, name)
         checked = validate(weights, config)
         np_dtype = _DTYPES[name]
         native_weights = {}
@@ -111,7 +132,29 @@ class Model:
         self._branch_scale = float(branch_scale)
         self._tokenizer = None
         self._tokenizer_missing: Optional[str] = None  # why there is none (for the error)
-        self._native = _native.NativeModel(native_weights, config, name)
+        self._weight_dtype = wd
+        self._native = _native.NativeModel(native_weights, config, name, wd)
+
+    @classmethod
+    def _from_checkpoint_half(cls, path: Any, weight_dtype: str, n_heads: Optional[int]) -> "Model":
+        """A 16-bit model read one tensor at a time (no float32 copy of the weights)."""
+        small, config, fetch = open_lazy(path, weight_dtype, n_heads)
+        m = cls.__new__(cls)
+        m._config = config
+        m._dtype = "float32"
+        m._branch_scale = 1.0
+        m._weight_dtype = weight_dtype
+        m._tokenizer = None
+        m._tokenizer_missing = None
+        m._native = _native.NativeModel(small, config, "float32", weight_dtype, fetch)
+        return m
+
+    @property
+    def weight_dtype(self) -> Optional[str]:
+        """How the weight matrices and embedding tables are stored: ``"bfloat16"``,
+        ``"float16"``, or None (in ``dtype``). Biases and LayerNorm parameters are always in
+        ``dtype``."""
+        return self._weight_dtype
 
     @property
     def config(self) -> GPTConfig:
@@ -185,7 +228,8 @@ class Model:
         c = self._config
         return (
             f"Model(d_model={c.d_model}, n_layers={c.n_layers}, n_heads={c.n_heads}, "
-            f"vocab_size={c.vocab_size}, n_ctx={c.n_ctx}, pos={c.pos!r}, dtype={self._dtype})"
+            f"vocab_size={c.vocab_size}, n_ctx={c.n_ctx}, pos={c.pos!r}, dtype={self._dtype}"
+            + (f", weight_dtype={self._weight_dtype}" if self._weight_dtype else "") + ")"
         )
 
     def _check_length(self, t: int, what: str = "ids") -> None:
@@ -456,6 +500,10 @@ class Model:
         """Write the weights the model computes with (in its dtype, ``branch_scale`` applied) as
         a Hugging Face style folder (``config.json`` + ``model.safetensors``) or a
         ``.safetensors`` file, so that ``load`` gives back the same model."""
+        if self._weight_dtype is not None:
+            # BF16/F16 tensors: the stored values exactly (widened on export, rounded back).
+            save_half(self._native.export(), self._config, path, self._weight_dtype)
+            return
         save_safetensors(self._native.export(), self._config, path)
 
 
@@ -466,7 +514,7 @@ def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: O
     (``dtype``, ``branch_scale``, ``n_heads``) and for the pass (``logits``, ``causal``,
     ``return_hidden``) may be mixed.
     """
-    model_keys = {"dtype", "branch_scale", "n_heads"}
+    model_keys = {"dtype", "branch_scale", "n_heads", "weight_dtype"}
     model_opts = {k: v for k, v in options.items() if k in model_keys}
     run_opts = {k: v for k, v in options.items() if k not in model_keys}
     if isinstance(weights, Model):
@@ -484,6 +532,7 @@ def load(
     dtype: Any = "float32",
     n_heads: Optional[int] = None,
     tokenizer: Any = None,
+    weight_dtype: Any = None,
 ) -> Model:
     """Load a Hugging Face GPT-2 checkpoint folder (``config.json`` + ``model.safetensors``) or
     a ``.safetensors`` file into a ``Model``. Pickle checkpoints are refused.
@@ -492,11 +541,21 @@ def load(
     ``merges.txt``) when it has one, else ``None``: ids work either way, text calls then raise
     an error naming the missing files. ``tokenizer`` (a folder, or a
     ``gptcore.Tokenizer``) takes the tokenizer from elsewhere.
+
+    With ``weight_dtype`` (``"bfloat16"`` or ``"float16"``) the weight matrices and embedding
+    tables are stored 16-bit: the tensors are read one at a time and packed (BF16/F16 tensors
+    of that format bit for bit, others rounded to nearest even), so no float32 copy of the
+    model is made.
     """
     from .tokenizer import Tokenizer, missing_tokenizer_message
 
-    weights, config = load_safetensors(path, n_heads=n_heads)
-    model = Model(weights, config, dtype=dtype, n_heads=n_heads)
+    name = _dtype_name(dtype)
+    wd = _weight_dtype(weight_dtype, name)
+    if wd is not None:
+        model = Model._from_checkpoint_half(path, wd, n_heads)
+    else:
+        weights, config = load_safetensors(path, n_heads=n_heads)
+        model = Model(weights, config, dtype=dtype, n_heads=n_heads)
     if tokenizer is not None:
         model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
         return model

@@ -345,6 +345,7 @@ def save_safetensors(
     path: PathLike,
     *,
     dtype: Any = None,
+    weight_dtype: Any = None,
 ) -> Path:
     """Write ``weights`` (checked against ``config``) so that ``load_safetensors`` reads
     them back, and return the path written.
@@ -355,9 +356,19 @@ def save_safetensors(
     cannot say: sinusoidal positions, missing biases or LayerNorm affines) and
     ``model.safetensors`` with the ``"transformer."`` prefix and, when tied, no ``lm_head``.
     ``dtype`` (``None``: each tensor's own, float32 or float64) converts every tensor.
-    Existing files of those names are replaced.
+    Existing files of those names are replaced. ``weight_dtype`` (``"bfloat16"`` or
+    ``"float16"``) stores the weight matrices and embedding tables as BF16/F16 (rounded to
+    nearest even) and the biases and LayerNorm parameters as F32, as a model with 16-bit
+    weights holds them (``dtype`` must then be None).
     """
     from safetensors.numpy import save_file
+
+    if weight_dtype is not None:
+        from ..half import half_dtype_name, save_half
+
+        if dtype is not None:
+            raise ValueError("save_safetensors: give dtype or weight_dtype, not both")
+        return save_half(weights, config, path, half_dtype_name("save_safetensors: weight_dtype", weight_dtype))
 
     _check_config("save_safetensors", config)
     w = validate(weights, config)

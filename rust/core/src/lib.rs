@@ -12,6 +12,7 @@ pub mod decoder;
 pub mod element;
 pub mod error;
 pub mod gemm;
+pub mod half;
 pub mod kernels;
 pub mod kv_cache;
 pub mod memory;

@@ -16,12 +16,21 @@ pub struct PackedMatrix {
 pub enum Packed {
     F32(PackedB<f32>),
     F64(PackedB<f64>),
+    /// bfloat16 or float16 storage (float32 products).
+    Half(crate::half::HalfPacked),
 }
 
 #[pymethods]
 impl PackedMatrix {
     #[new]
-    fn new(py: Python<'_>, b: &Bound<'_, PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (b, dtype=None))]
+    fn new(py: Python<'_>, b: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<Self> {
+        if let Some(d) = dtype {
+            let f = crate::half::parse_format("dtype", d)?;
+            return Ok(PackedMatrix {
+                inner: Packed::Half(crate::half::HalfPacked::new(py, b, f)?),
+            });
+        }
         if let Ok(b) = b.extract::<PyReadonlyArray2<f32>>() {
             let v = view2(&b);
             let v = v.mat();
@@ -48,6 +57,7 @@ impl PackedMatrix {
         match &self.inner {
             Packed::F32(p) => (p.rows(), p.cols()),
             Packed::F64(p) => (p.rows(), p.cols()),
+            Packed::Half(p) => p.shape(),
         }
     }
 
@@ -56,6 +66,7 @@ impl PackedMatrix {
         match &self.inner {
             Packed::F32(_) => "float32",
             Packed::F64(_) => "float64",
+            Packed::Half(p) => p.dtype(),
         }
     }
 
@@ -64,6 +75,7 @@ impl PackedMatrix {
         match &self.inner {
             Packed::F32(p) => p.nbytes(),
             Packed::F64(p) => p.nbytes(),
+            Packed::Half(p) => p.nbytes(),
         }
     }
 
@@ -160,6 +172,7 @@ fn matmul<'py>(
                 })?;
                 Ok(product(py, a, Rhs::Packed(p), forced)?.into_any())
             }
+            Packed::Half(p) => p.product(py, a, forced.unwrap_or_else(gemm::current_kernel)),
         };
     }
     if let (Ok(a), Ok(b)) = (

@@ -7,7 +7,8 @@
 
 use crate::convert::{detach, to_py_err};
 use crate::pooled::{into_array, Poolable};
-use gptcore_core::decoder::{Config, Float, Logits, Model, Request, Tensor};
+use gptcore_core::decoder::{Config, Float, Logits, Model, Request, Tensor, TensorSpec};
+use gptcore_core::half::WeightFormat;
 use gptcore_core::kv_cache::KvCache;
 use gptcore_core::Error;
 use numpy::{
@@ -159,6 +160,75 @@ fn build<T: Float + numpy::Element>(
     detach(py, || Model::new(cfg, &map))?.map_err(to_py_err)
 }
 
+/// A float32 model with 16-bit weights (see [`NativeModel::new`]).
+fn build_half(
+    py: Python<'_>,
+    cfg: Config,
+    weights: &Bound<'_, PyDict>,
+    format: WeightFormat,
+    fetch: Option<Py<PyAny>>,
+) -> PyResult<Model<f32>> {
+    let mut arrays: Vec<(String, PyReadonlyArrayDyn<'_, f32>)> = Vec::new();
+    for (k, v) in weights.iter() {
+        let name: String = k.extract()?;
+        let arr = v.extract::<PyReadonlyArrayDyn<'_, f32>>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "weights[{name:?}] must be a numpy array of dtype float32"
+            ))
+        })?;
+        if !arr.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!(
+                "weights[{name:?}] must be C-contiguous"
+            )));
+        }
+        arrays.push((name, arr));
+    }
+    let mut map: HashMap<String, Tensor<'_, f32>> = HashMap::new();
+    for (name, arr) in &arrays {
+        map.insert(
+            name.clone(),
+            Tensor {
+                shape: arr.shape().to_vec(),
+                data: arr.as_slice()?,
+            },
+        );
+    }
+    // The fetch callback runs Python: it takes the interpreter for each tensor.
+    let pending: Mutex<Option<PyErr>> = Mutex::new(None);
+    let call = |spec: &TensorSpec| -> gptcore_core::Result<Option<Vec<u16>>> {
+        let Some(f) = fetch.as_ref() else {
+            return Ok(None);
+        };
+        Python::attach(|py| -> PyResult<Option<Vec<u16>>> {
+            let r = f.call1(py, (spec.name.as_str(),))?;
+            let r = r.bind(py);
+            if r.is_none() {
+                return Ok(None);
+            }
+            let arr = r.extract::<PyReadonlyArrayDyn<'_, u16>>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "fetch({:?}) must return a uint16 array or None",
+                    spec.name
+                ))
+            })?;
+            Ok(Some(match arr.as_slice() {
+                Ok(s) => s.to_vec(),
+                Err(_) => arr.as_array().iter().copied().collect(),
+            }))
+        })
+        .map_err(|e| {
+            let msg = e.to_string();
+            *pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            Error::Value(msg)
+        })
+    };
+    let out = detach(py, || Model::with_format(cfg, &map, format, Some(&call)))?;
+    if let Some(e) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(e);
+    }
+    out.map_err(to_py_err)
+}
+
 /// Stop between layers when Python has a pending signal (Ctrl-C).
 fn run_checked<T: Float, R: Send>(
     py: Python<'_>,
@@ -242,15 +312,34 @@ fn run_model<'py, T: Float + Poolable>(
 
 #[pymethods]
 impl NativeModel {
+    /// `weight_dtype` ("bfloat16" / "float16", float32 models only) stores the weight
+    /// matrices and embedding tables 16-bit; `fetch(name)` then returns a large tensor's
+    /// uint16 patterns in that format, or None to round the tensor in `weights`.
     #[new]
-    #[pyo3(signature = (weights, config, dtype))]
+    #[pyo3(signature = (weights, config, dtype, weight_dtype=None, fetch=None))]
     fn new(
         py: Python<'_>,
         weights: &Bound<'_, PyDict>,
         config: &Bound<'_, PyAny>,
         dtype: &str,
+        weight_dtype: Option<&str>,
+        fetch: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let cfg = config_from_py(config)?;
+        if let Some(wd) = weight_dtype {
+            let format = crate::half::parse_format("weight_dtype", wd)?;
+            if dtype != "float32" {
+                return Err(PyValueError::new_err(format!(
+                    "weight_dtype={wd:?} needs dtype 'float32' (16-bit weights, float32 \
+                     arithmetic), got dtype {dtype:?}"
+                )));
+            }
+            let inner = AnyModel::F32(build_half(py, cfg, weights, format, fetch)?);
+            return Ok(NativeModel {
+                inner,
+                id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed),
+            });
+        }
         let inner = match dtype {
             "float32" => AnyModel::F32(build(py, cfg, weights)?),
             "float64" => AnyModel::F64(build(py, cfg, weights)?),
@@ -406,6 +495,17 @@ impl NativeModel {
             AnyModel::F32(_) => "float32",
             AnyModel::F64(_) => "float64",
         }
+    }
+
+    /// How the weight matrices and embedding tables are stored: "bfloat16", "float16", or
+    /// None (the compute dtype).
+    #[getter]
+    fn weight_dtype(&self) -> Option<&'static str> {
+        let f = match &self.inner {
+            AnyModel::F32(m) => m.weight_format(),
+            AnyModel::F64(m) => m.weight_format(),
+        };
+        (f != WeightFormat::Full).then(|| f.name())
     }
 
     /// Bytes of weights held (packed matrices included).

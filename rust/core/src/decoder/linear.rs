@@ -2,15 +2,17 @@
 //! are still in the cache (bias, GELU, the residual addition).
 
 use super::schema::{export, Exported, LinearSpec, Source};
+use super::storage::Packed;
 use super::Float;
-use crate::gemm::{self, MatRef, Options, PackedB, Rhs, Tile};
+use crate::gemm::{MatRef, Options, Tile};
 use crate::kernels;
 use crate::threads::SendPtr;
 use crate::Result;
 
-/// `x @ W + b` with W packed once.
+/// `x @ W + b` with W packed once (in the compute type or 16-bit; the bias in the compute
+/// type).
 pub struct Linear<T: Float> {
-    pub w: PackedB<T>,
+    pub w: Packed<T>,
     pub b: Option<Vec<T>>,
 }
 
@@ -26,9 +28,8 @@ pub enum After<'a, T> {
 
 impl<T: Float> Linear<T> {
     pub fn load(spec: &LinearSpec, src: &Source<'_, '_, T>) -> Result<Self> {
-        let (k, n) = (spec.weight.shape[0], spec.weight.shape[1]);
         Ok(Linear {
-            w: PackedB::try_pack(MatRef::from_slice(src.get(&spec.weight)?, k, n))?,
+            w: src.matrix(&spec.weight, false)?,
             b: match &spec.bias {
                 Some(b) => Some(src.get(b)?.to_vec()),
                 None => None,
@@ -81,8 +82,7 @@ impl<T: Float> Linear<T> {
             ..opts
         };
         let a = MatRef::from_slice(x, rows, k);
-        // A packed right-hand side never fails.
-        let _ = gemm::gemm(a, Rhs::Packed(&self.w), out, n, &opts);
+        self.w.gemm(a, out, n, &opts);
     }
 }
 

@@ -21,17 +21,22 @@ mod mlp;
 mod norm;
 pub mod schema;
 mod self_attention;
+pub mod storage;
 mod workspace;
 
+pub use crate::half::WeightFormat;
 pub use block::Block;
 pub use config::Config;
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::Norm;
 pub use schema::{schema, Layout, Tensor, TensorSpec};
+pub use storage::{Fetch, Packed, Table};
 
 use crate::buffer_pool::BufferPool;
-use crate::gemm::{self, GemmElement, MatRef, Options, PackedB, Rhs};
+use crate::gemm::{GemmElement, MatRef, Options};
+use crate::half::{Bf16, F16};
+use crate::kernels::KernelsFor;
 use crate::kernels::{HasKernels, Kernel};
 use crate::kv_cache::{HeadKv, KvCache};
 use crate::ops::Transcendental;
@@ -43,7 +48,10 @@ use std::sync::Arc;
 use workspace::{Workspace, WorkspacePool};
 
 /// Floating-point types the decoder runs in.
-pub trait Float: GemmElement + HasKernels + Transcendental {}
+pub trait Float:
+    GemmElement + HasKernels + Transcendental + KernelsFor<Bf16> + KernelsFor<F16>
+{
+}
 impl Float for f32 {}
 impl Float for f64 {}
 
@@ -52,8 +60,10 @@ pub struct Model<T: Float> {
     pub embedding: Embedding<T>,
     pub blocks: Vec<Block<T>>,
     pub ln_f: Norm<T>,
-    /// The LM head `(d, V)`: `wte^T` when tied, else `lm_head.weight^T`, packed once.
-    pub head: PackedB<T>,
+    /// The LM head `(d, V)`: `wte^T` when tied, else `lm_head.weight^T`, packed once (in the
+    /// weights' format).
+    pub head: Packed<T>,
+    format: WeightFormat,
     layout: Layout,
     /// Work buffers of finished passes, taken by the next ones (see [`Workspace`]).
     workspaces: WorkspacePool<T>,
@@ -117,9 +127,28 @@ impl<T: Float> Model<T> {
     /// Build from Hugging Face GPT-2 names (without "transformer."); checks every shape
     /// against the schema.
     pub fn new(cfg: Config, weights: &HashMap<String, Tensor<'_, T>>) -> Result<Self> {
+        Self::with_format(cfg, weights, WeightFormat::Full, None)
+    }
+
+    /// Build with the weight matrices (the LM head included) and the embedding tables stored
+    /// as `format`; biases and LayerNorm parameters stay in `T`. A 16-bit model's large tensors
+    /// come from `fetch` as 16-bit patterns when it has them (one at a time, so no
+    /// full-precision copy of the model need exist), else from `weights`, rounded to the
+    /// format (round to nearest even). Either way the model computes exactly what the `T`
+    /// model with those weights rounded and widened back computes.
+    pub fn with_format(
+        cfg: Config,
+        weights: &HashMap<String, Tensor<'_, T>>,
+        format: WeightFormat,
+        fetch: Option<&Fetch<'_>>,
+    ) -> Result<Self> {
         cfg.validate()?;
         let layout = Layout::new(&cfg);
-        let src = Source(weights);
+        let src = Source {
+            full: weights,
+            format,
+            fetch,
+        };
         let embedding = Embedding::load(&layout, &src)?;
         let blocks = layout
             .blocks
@@ -129,18 +158,17 @@ impl<T: Float> Model<T> {
         let ln_f = Norm::load(&layout.ln_f, &src)?;
         // The head multiplies by W^T where W is (V, d): a transposed view, packed once.
         let (d, v) = (cfg.d_model, cfg.vocab_size);
-        let w: &[T] = match &layout.lm_head {
-            None => &embedding.wte,
-            Some(s) => src.get(s)?,
+        let head = match &layout.lm_head {
+            None => embedding.wte.pack_transposed(v, d)?,
+            Some(s) => src.matrix(s, true)?,
         };
-        // SAFETY: W holds V x d values; its transpose is read with unit row stride.
-        let head = PackedB::try_pack(unsafe { MatRef::from_raw(w.as_ptr(), d, v, 1, d as isize) })?;
         Ok(Model {
             cfg,
             embedding,
             blocks,
             ln_f,
             head,
+            format,
             layout,
             workspaces: WorkspacePool::default(),
             outputs: Arc::new(BufferPool::default()),
@@ -168,7 +196,7 @@ impl<T: Float> Model<T> {
             // The head is packed as W^T (d x V); the checkpoint stores W (V x d).
             let (d, v) = (self.cfg.d_model, self.cfg.vocab_size);
             let wt = self.head.unpack();
-            let mut w = vec![T::ZERO; v * d];
+            let mut w = crate::memory::zeroed::<T>(v * d);
             for r in 0..d {
                 for c in 0..v {
                     w[c * d + r] = wt[r * v + c];
@@ -177,6 +205,11 @@ impl<T: Float> Model<T> {
             export(&mut out, s, w);
         }
         out
+    }
+
+    /// How the weight matrices and embedding tables are stored.
+    pub fn weight_format(&self) -> WeightFormat {
+        self.format
     }
 
     pub fn new_cache(&self, batch: usize) -> KvCache<T> {
@@ -404,10 +437,12 @@ impl<T: Float> Model<T> {
         // The product writes every value, so a kept buffer's stale contents do not matter.
         let mut out = self.outputs.take(rows.saturating_mul(v), "logits")?;
         let a = MatRef::from_slice(h, rows, d);
-        gemm::gemm(a, Rhs::Packed(&self.head), &mut out, v, &Options::default())?;
+        self.head.gemm(a, &mut out, v, &Options::default());
         Ok(out)
     }
 }
 
+#[cfg(test)]
+mod half_tests;
 #[cfg(test)]
 mod tests;

@@ -4,8 +4,6 @@
 //! initialisation and documentation ([`schema`]) all read it from here.
 
 use super::Config;
-use crate::Result;
-use std::collections::HashMap;
 
 /// One tensor: its name, shape, and what it is (the initialisation schemes key on the kind:
 /// `wte`, `wpe`, `ln_weight`, `ln_bias`, `c_attn`, `attn_proj`, `c_fc`, `mlp_proj`, `bias`,
@@ -161,29 +159,7 @@ pub struct Tensor<'a, T> {
     pub data: &'a [T],
 }
 
-/// Named weights, looked up and checked against the schema.
-pub struct Source<'s, 'a, T>(pub &'s HashMap<String, Tensor<'a, T>>);
-
-impl<'a, T> Source<'_, 'a, T> {
-    /// The values of `spec`, or an error naming the tensor and the expected shape.
-    pub fn get(&self, spec: &TensorSpec) -> Result<&'a [T]> {
-        let (name, shape) = (&spec.name, &spec.shape);
-        match self.0.get(name) {
-            None => {
-                crate::value_error!("weights: missing tensor {name:?} (expected shape {shape:?})")
-            }
-            Some(t) if &t.shape != shape => crate::value_error!(
-                "weights: tensor {name:?} has shape {:?}, expected {shape:?}",
-                t.shape
-            ),
-            Some(t) if t.data.len() != shape.iter().product::<usize>() => crate::value_error!(
-                "weights: tensor {name:?} holds {} values for shape {shape:?}",
-                t.data.len()
-            ),
-            Some(t) => Ok(t.data),
-        }
-    }
-}
+pub use super::storage::Source;
 
 /// Exported weights: `(name, shape, row-major values)`.
 pub type Exported<T> = Vec<(String, Vec<usize>, Vec<T>)>;

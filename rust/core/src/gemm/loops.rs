@@ -12,7 +12,7 @@
 //! Every item computes a disjoint block of C through all depth blocks in order, so each element's
 //! chain is continued block after block by one thread (the exactness contract).
 
-use super::pack::KBlocks;
+use super::pack::{KBlocks, PanelValue};
 use super::{tuning, BSource, Epilogue, Tile};
 use crate::kernels::{GemmKernels, WIDE_ROWS};
 use crate::threads;
@@ -50,8 +50,8 @@ struct Plan {
 }
 
 impl Plan {
-    fn new<T: Element>(m: usize, n: usize, kb: KBlocks, wide: bool) -> Plan {
-        let panels = n.div_ceil(T::NR);
+    fn new<W: PanelValue>(m: usize, n: usize, kb: KBlocks, wide: bool) -> Plan {
+        let panels = n.div_ceil(W::PANEL_NR);
         let flops = m as f64 * n as f64 * kb.k as f64;
         let nthreads = if flops < PARALLEL_MIN_FLOPS {
             1
@@ -66,7 +66,7 @@ impl Plan {
         let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };
         let nchunks = want_items.div_ceil(mblocks).clamp(1, panels);
         let mut per_chunk = panels.div_ceil(nchunks);
-        let panel_bytes = kb.k * T::NR * std::mem::size_of::<T>();
+        let panel_bytes = kb.k * W::PANEL_NR * std::mem::size_of::<W>();
         if mblocks > 1 && panels * panel_bytes > tuning::b_chunk_bytes() * 4 {
             let cap = (tuning::b_chunk_bytes() / panel_bytes).max(1);
             if per_chunk > cap {
@@ -106,18 +106,18 @@ impl Plan {
 /// `C = A B` from packed A (`apack`, `kernels.mr`-row panels) and `b`, with `epilogue` on each
 /// tile once it is final.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn run<T: Element>(
-    kernels: GemmKernels<T>,
+pub(super) fn run<T: Element, W: PanelValue>(
+    kernels: GemmKernels<T, W>,
     m: usize,
     n: usize,
     kb: KBlocks,
     apack: &[T],
-    b: &BSource<'_, T>,
+    b: &BSource<'_, W>,
     c: &mut [T],
     ldc: usize,
     epilogue: Option<Epilogue<'_, T>>,
 ) {
-    let plan = Plan::new::<T>(m, n, kb, kernels.wide.is_some());
+    let plan = Plan::new::<W>(m, n, kb, kernels.wide.is_some());
     let cptr = threads::SendPtr(c.as_mut_ptr());
     let out = Out {
         ptr: cptr,
@@ -189,13 +189,13 @@ impl<T> Out<'_, T> {
 /// products, float64 the most (alternating builds in one process).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn macro_kernel<T: Element>(
-    kernels: &GemmKernels<T>,
+fn macro_kernel<T: Element, W: PanelValue>(
+    kernels: &GemmKernels<T, W>,
     kb: KBlocks,
     p: usize,
     kc: usize,
     ablock: &[T],
-    b: &BSource<'_, T>,
+    b: &BSource<'_, W>,
     (i0, i1): (usize, usize),
     (g0, g1): (usize, usize),
     out: &Out<'_, T>,
@@ -209,9 +209,9 @@ fn macro_kernel<T: Element>(
             let Some(bstride) = b.wide_stride(p, jp) else {
                 break;
             };
-            let j0 = jp * T::NR;
+            let j0 = jp * W::PANEL_NR;
             let (bp, ldb) = b.panel(p, jp);
-            let cols_last = T::NR.min(n - (jp + 3) * T::NR);
+            let cols_last = W::PANEL_NR.min(n - (jp + 3) * W::PANEL_NR);
             // SAFETY: the A panel holds kc*mr values, each of the four B panels kc steps of NR
             // readable values ldb apart (bstride between panels); the C block at (i0, j0) lies
             // inside C and belongs to this item alone.
@@ -230,7 +230,7 @@ fn macro_kernel<T: Element>(
                 );
             }
             if last {
-                out.finish(i0, i1, j0, 3 * T::NR + cols_last);
+                out.finish(i0, i1, j0, 3 * W::PANEL_NR + cols_last);
             }
             jp += 4;
         }
@@ -242,9 +242,9 @@ fn macro_kernel<T: Element>(
         let ap = ablock[(i / mr) * mr * kc..].as_ptr();
         // LOOP 1: panels.
         for q in jp..g1 {
-            let j0 = q * T::NR;
+            let j0 = q * W::PANEL_NR;
             let (bp, ldb) = b.panel(p, q);
-            let cols = T::NR.min(n - j0);
+            let cols = W::PANEL_NR.min(n - j0);
             // SAFETY: the A panel holds kc*mr values, the B panel kc steps of NR readable
             // values ldb apart; the C tile at (i, j0) lies inside C and belongs to this item.
             unsafe {

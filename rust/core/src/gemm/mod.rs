@@ -25,11 +25,11 @@ mod view;
 pub use crate::kernels::{available, current as current_kernel, detect, set_kernel, Kernel};
 pub use buffers::{GemmElement, B_SCRATCH_MAX_BYTES};
 pub use loops::{B_CHUNK_BYTES, MC, NC_PANELS};
-pub use pack::PackedB;
+pub use pack::{PackedB, PanelValue};
 pub use reference::gemm_reference;
 pub use view::MatRef;
 
-use crate::kernels::STREAM_ROWS;
+use crate::kernels::{KernelsFor, STREAM_ROWS};
 use crate::Element;
 use pack::{pack_a, KBlocks};
 
@@ -152,7 +152,7 @@ impl<T> Tile<'_, T> {
 pub type Epilogue<'a, T> = &'a (dyn Fn(Tile<'_, T>) + Sync);
 
 /// The right-hand side as the kernels read it.
-pub(crate) enum BSource<'a, T: Element> {
+pub(crate) enum BSource<'a, T: PanelValue> {
     /// Packed into `NR`-column panels ([`PackedB`]).
     Packed(&'a PackedB<T>),
     /// Read in place (unit column stride): whole panels from B's rows, the partial last panel
@@ -164,7 +164,7 @@ pub(crate) enum BSource<'a, T: Element> {
     },
 }
 
-impl<T: Element> BSource<'_, T> {
+impl<T: PanelValue> BSource<'_, T> {
     fn rows(&self) -> usize {
         match self {
             BSource::Packed(p) => p.rows(),
@@ -187,16 +187,19 @@ impl<T: Element> BSource<'_, T> {
     #[inline(always)]
     fn panel(&self, p: usize, jp: usize) -> (*const T, usize) {
         match self {
-            BSource::Packed(pb) => (pb.panel(p, jp), T::NR),
+            BSource::Packed(pb) => (pb.panel(p, jp), T::PANEL_NR),
             BSource::Rows { b, edge, kb } => {
                 let (k0, _) = kb.block(p);
-                if (jp + 1) * T::NR <= b.cols {
+                if (jp + 1) * T::PANEL_NR <= b.cols {
                     // SAFETY: row k0, column jp * NR lies inside B.
-                    let ptr = unsafe { b.ptr.offset(k0 as isize * b.rs + (jp * T::NR) as isize) };
+                    let ptr = unsafe {
+                        b.ptr
+                            .offset(k0 as isize * b.rs + (jp * T::PANEL_NR) as isize)
+                    };
                     (ptr, b.rs as usize)
                 } else {
                     let edge = edge.as_ref().expect("a partial panel is packed");
-                    (edge.panel(p, 0), T::NR)
+                    (edge.panel(p, 0), T::PANEL_NR)
                 }
             }
         }
@@ -206,8 +209,8 @@ impl<T: Element> BSource<'_, T> {
     #[inline(always)]
     fn wide_stride(&self, p: usize, jp: usize) -> Option<usize> {
         match self {
-            BSource::Packed(_) => Some(self.kb().block(p).1 * T::NR),
-            BSource::Rows { b, .. } => ((jp + 4) * T::NR <= b.cols).then_some(T::NR),
+            BSource::Packed(_) => Some(self.kb().block(p).1 * T::PANEL_NR),
+            BSource::Rows { b, .. } => ((jp + 4) * T::PANEL_NR <= b.cols).then_some(T::PANEL_NR),
         }
     }
 }
@@ -265,10 +268,23 @@ pub fn gemm<T: GemmElement>(
     Ok(())
 }
 
-/// Pack A with the family's tile height and run the loops.
-fn run<T: GemmElement>(
+/// `C = A B` for a B packed ahead that holds `W` (the compute type itself, or 16-bit storage
+/// the kernels widen exactly as they load it: then C is, bit for bit, the product with the
+/// widened B), then the epilogue as in [`gemm`]. Never fails.
+pub fn gemm_packed<T: GemmElement + KernelsFor<W>, W: PanelValue>(
     a: MatRef<'_, T>,
-    b: &BSource<'_, T>,
+    b: &PackedB<W>,
+    c: &mut [T],
+    ldc: usize,
+    opts: &Options<'_, T>,
+) {
+    run(a, &BSource::Packed(b), c, ldc, opts)
+}
+
+/// Pack A with the family's tile height and run the loops.
+fn run<T: GemmElement + KernelsFor<W>, W: PanelValue>(
+    a: MatRef<'_, T>,
+    b: &BSource<'_, W>,
     c: &mut [T],
     ldc: usize,
     opts: &Options<'_, T>,
@@ -290,7 +306,7 @@ fn run<T: GemmElement>(
         return;
     }
     assert!(opts.kernel.supported(), "kernel not supported on this CPU");
-    let kernels = T::gemm_kernels(opts.kernel);
+    let kernels = <T as KernelsFor<W>>::kernels_for(opts.kernel);
     let kb = b.kb();
     T::with_a_buffer(|apack| {
         pack_a(a, &kernels, kb, apack);
@@ -313,5 +329,7 @@ pub fn matmul<T: GemmElement>(a: &[T], b: &[T], m: usize, k: usize, n: usize) ->
     c
 }
 
+#[cfg(test)]
+mod half_tests;
 #[cfg(test)]
 mod tests;

@@ -8,9 +8,53 @@
 //! `mr` rows, of which the kernels read only the live ones.
 
 use super::MatRef;
+use crate::half::{Bf16, F16};
 use crate::kernels::GemmKernels;
 use crate::threads;
 use crate::Element;
+
+/// What a packed right-hand side can hold: the compute types themselves, or 16-bit storage
+/// ([`Bf16`], [`F16`]) that the kernels widen to float32 as they load it.
+pub trait PanelValue: Copy + Send + Sync + 'static {
+    /// Columns in one panel (the same for every kernel of the type).
+    const PANEL_NR: usize;
+    /// The padding value of a partial last panel.
+    const PAD: Self;
+    /// Largest depth block.
+    fn kc_max() -> usize;
+}
+
+impl<T: Element> PanelValue for T {
+    const PANEL_NR: usize = T::NR;
+    const PAD: Self = T::ZERO;
+    #[inline(always)]
+    fn kc_max() -> usize {
+        super::tuning::kc_max::<T>()
+    }
+}
+
+/// 16-bit values use float32's panel width (the kernels widen one 16-lane half at a time)
+/// and its depth blocks.
+macro_rules! half_panel {
+    ($h:ty) => {
+        impl PanelValue for $h {
+            const PANEL_NR: usize = f32::NR;
+            const PAD: Self = <$h>::ZERO_BITS;
+            #[inline(always)]
+            fn kc_max() -> usize {
+                super::tuning::kc_max::<f32>()
+            }
+        }
+    };
+}
+impl Bf16 {
+    pub const ZERO_BITS: Bf16 = Bf16(0);
+}
+impl F16 {
+    pub const ZERO_BITS: F16 = F16(0);
+}
+half_panel!(Bf16);
+half_panel!(F16);
 
 /// How K is cut into depth blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,14 +86,14 @@ impl KBlocks {
 }
 
 /// A right-hand side packed once into NR-column panels, reusable for many products.
-pub struct PackedB<T: Element> {
+pub struct PackedB<T: PanelValue> {
     pub(crate) data: Vec<T>,
     k: usize,
     n: usize,
     pub(crate) kb: KBlocks,
 }
 
-impl<T: Element> PackedB<T> {
+impl<T: PanelValue> PackedB<T> {
     /// Pack a (K x N) matrix given with any strides (panics if memory runs out; see
     /// [`PackedB::try_pack`]).
     pub fn pack(b: MatRef<'_, T>) -> PackedB<T> {
@@ -65,7 +109,9 @@ impl<T: Element> PackedB<T> {
 
     /// Values a packed (K x N) matrix holds (its last panel padded to NR columns).
     pub fn packed_len(k: usize, n: usize) -> usize {
-        n.div_ceil(T::NR).saturating_mul(T::NR).saturating_mul(k)
+        n.div_ceil(T::PANEL_NR)
+            .saturating_mul(T::PANEL_NR)
+            .saturating_mul(k)
     }
 
     /// The storage back, for [`PackedB::pack_into`] to reuse.
@@ -83,17 +129,18 @@ impl<T: Element> PackedB<T> {
             Self::packed_len(k, n),
             "packed buffer of the wrong length"
         );
-        let kb = KBlocks::new(k, super::tuning::kc_max::<T>());
-        let panels = n.div_ceil(T::NR);
-        let npad = panels * T::NR;
+        let kb = KBlocks::new(k, T::kc_max());
+        let panels = n.div_ceil(T::PANEL_NR);
+        let npad = panels * T::PANEL_NR;
         if k > 0 && n < npad {
             // The last panel's padding columns (the loops below write the live ones only).
-            let j0 = npad - T::NR;
+            let j0 = npad - T::PANEL_NR;
             for p in 0..kb.count {
                 let (k0, kc) = kb.block(p);
-                let base = npad * k0 + (panels - 1) * T::NR * kc;
+                let base = npad * k0 + (panels - 1) * T::PANEL_NR * kc;
                 for kk in 0..kc {
-                    data[base + kk * T::NR + (n - j0)..base + (kk + 1) * T::NR].fill(T::ZERO);
+                    data[base + kk * T::PANEL_NR + (n - j0)..base + (kk + 1) * T::PANEL_NR]
+                        .fill(T::PAD);
                 }
             }
         }
@@ -111,15 +158,15 @@ impl<T: Element> PackedB<T> {
                         let (k0, kc) = kb.block(p);
                         let src = b.row_ptr(kr);
                         for jp in 0..panels {
-                            let j0 = jp * T::NR;
+                            let j0 = jp * T::PANEL_NR;
                             // SAFETY: step kr - k0 of panel (p, jp) is NR values of `data`
                             // that no other row writes; the pad columns stay zero.
                             unsafe {
-                                let dst = ptr
-                                    .get()
-                                    .add(npad * k0 + jp * T::NR * kc + (kr - k0) * T::NR);
-                                if j0 + T::NR <= n {
-                                    std::ptr::copy_nonoverlapping(src.add(j0), dst, T::NR);
+                                let dst = ptr.get().add(
+                                    npad * k0 + jp * T::PANEL_NR * kc + (kr - k0) * T::PANEL_NR,
+                                );
+                                if j0 + T::PANEL_NR <= n {
+                                    std::ptr::copy_nonoverlapping(src.add(j0), dst, T::PANEL_NR);
                                 } else {
                                     std::ptr::copy_nonoverlapping(src.add(j0), dst, n - j0);
                                 }
@@ -138,22 +185,26 @@ impl<T: Element> PackedB<T> {
                 // walking B along its smaller stride in the inner loop.
                 let along_k = b.rs.unsigned_abs() < b.cs.unsigned_abs();
                 let pack_panel = move |jp: usize| {
-                    let j0 = jp * T::NR;
-                    let nc = T::NR.min(n - j0);
+                    let j0 = jp * T::PANEL_NR;
+                    let nc = T::PANEL_NR.min(n - j0);
                     for p in 0..kb.count {
                         let (k0, kc) = kb.block(p);
                         // SAFETY: panel (p, jp) occupies a disjoint range of `data`.
-                        let dst = unsafe { ptr.get().add(npad * k0 + jp * T::NR * kc) };
+                        let dst = unsafe { ptr.get().add(npad * k0 + jp * T::PANEL_NR * kc) };
                         if along_k {
                             for j in 0..nc {
                                 for kk in 0..kc {
-                                    unsafe { *dst.add(kk * T::NR + j) = b.at(k0 + kk, j0 + j) };
+                                    unsafe {
+                                        *dst.add(kk * T::PANEL_NR + j) = b.at(k0 + kk, j0 + j)
+                                    };
                                 }
                             }
                         } else {
                             for kk in 0..kc {
                                 for j in 0..nc {
-                                    unsafe { *dst.add(kk * T::NR + j) = b.at(k0 + kk, j0 + j) };
+                                    unsafe {
+                                        *dst.add(kk * T::PANEL_NR + j) = b.at(k0 + kk, j0 + j)
+                                    };
                                 }
                             }
                         }
@@ -172,15 +223,15 @@ impl<T: Element> PackedB<T> {
     /// The matrix back in row-major (K x N) order.
     pub fn unpack(&self) -> Vec<T> {
         let (k, n) = (self.k, self.n);
-        let mut out = vec![T::ZERO; k * n];
+        let mut out = vec![T::PAD; k * n];
         for p in 0..self.kb.count {
             let (k0, kc) = self.kb.block(p);
-            for jp in 0..n.div_ceil(T::NR) {
+            for jp in 0..n.div_ceil(T::PANEL_NR) {
                 let src = self.panel(p, jp);
-                let j0 = jp * T::NR;
+                let j0 = jp * T::PANEL_NR;
                 for kk in 0..kc {
-                    for j in 0..T::NR.min(n - j0) {
-                        out[(k0 + kk) * n + j0 + j] = unsafe { *src.add(kk * T::NR + j) };
+                    for j in 0..T::PANEL_NR.min(n - j0) {
+                        out[(k0 + kk) * n + j0 + j] = unsafe { *src.add(kk * T::PANEL_NR + j) };
                     }
                 }
             }
@@ -202,8 +253,8 @@ impl<T: Element> PackedB<T> {
     #[inline(always)]
     pub(crate) fn panel(&self, p: usize, jp: usize) -> *const T {
         let (k0, kc) = self.kb.block(p);
-        let npad = self.n.div_ceil(T::NR) * T::NR;
-        unsafe { self.data.as_ptr().add(npad * k0 + jp * T::NR * kc) }
+        let npad = self.n.div_ceil(T::PANEL_NR) * T::PANEL_NR;
+        unsafe { self.data.as_ptr().add(npad * k0 + jp * T::PANEL_NR * kc) }
     }
 }
 
@@ -218,9 +269,9 @@ impl<T: Element> PackedB<T> {
 /// whatever the buffer held: every kernel takes the number of live rows and reads only
 /// those, so they are never read. (Writing zeros there cost a one-row product eleven
 /// zeros per depth step, a tenth of its time with B in the cache.)
-pub(crate) fn pack_a<T: Element>(
+pub(crate) fn pack_a<T: Element, W>(
     a: MatRef<'_, T>,
-    kernels: &GemmKernels<T>,
+    kernels: &GemmKernels<T, W>,
     kb: KBlocks,
     out: &mut Vec<T>,
 ) {

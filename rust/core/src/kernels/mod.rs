@@ -39,22 +39,26 @@ mod avx512;
 mod neon;
 mod portable;
 
+use crate::half::{Bf16, F16};
 use crate::Element;
 
 /// `(rows, cols, kc, a_panel, b_panel, ldb, c, ldc, accumulate)`: see the module's contract.
-pub type TileFn<T> = unsafe fn(usize, usize, usize, *const T, *const T, usize, *mut T, usize, bool);
+/// `W` is what B holds: `T` itself, or 16-bit storage widened exactly to `T` on load (the
+/// contract then holds for the widened values).
+pub type TileFn<T, W = T> =
+    unsafe fn(usize, usize, usize, *const T, *const W, usize, *mut T, usize, bool);
 
 /// `(rows, cols_last, kc, a_panel, b_panel, ldb, b_stride, c, ldc, accumulate)`: up to
 /// [`WIDE_ROWS`] rows against 4 consecutive B panels (`b_stride` apart), the last with
 /// `cols_last` live columns.
-pub type WideFn<T> =
-    unsafe fn(usize, usize, usize, *const T, *const T, usize, usize, *mut T, usize, bool);
+pub type WideFn<T, W = T> =
+    unsafe fn(usize, usize, usize, *const T, *const W, usize, usize, *mut T, usize, bool);
 
 /// `(rows, cols, k, a, lda, b, ldb, c, ldc)`: C (rows x cols) = A (rows x k, rows `lda` apart,
 /// unit column stride) times B read in place (`k` rows `ldb` apart); up to [`STREAM_ROWS`]
 /// rows.
-pub type StreamFn<T> =
-    unsafe fn(usize, usize, usize, *const T, usize, *const T, usize, *mut T, usize);
+pub type StreamFn<T, W = T> =
+    unsafe fn(usize, usize, usize, *const T, usize, *const W, usize, *mut T, usize);
 
 /// `(src, rs, kc, dst) -> steps`: packs depth steps `0 .. steps` (a prefix of `0 .. kc` the
 /// family chooses) of `mr` full rows (`src + i * rs + k`) into `dst[k * mr + i]`; the caller
@@ -67,14 +71,15 @@ pub const WIDE_ROWS: usize = 3;
 /// Rows up to which the stream kernel can be used.
 pub const STREAM_ROWS: usize = 8;
 
-/// One family's matrix-multiply kernels for one element type.
+/// One family's matrix-multiply kernels for one element type `T` (A and C) and what B holds
+/// (`W`: `T`, or 16-bit storage of float32 values).
 #[derive(Clone, Copy)]
-pub struct GemmKernels<T> {
+pub struct GemmKernels<T, W = T> {
     /// Rows of a tile (divides 12).
     pub mr: usize,
-    pub tile: TileFn<T>,
-    pub wide: Option<WideFn<T>>,
-    pub stream: Option<StreamFn<T>>,
+    pub tile: TileFn<T, W>,
+    pub wide: Option<WideFn<T, W>>,
+    pub stream: Option<StreamFn<T, W>>,
     pub pack_a_panel: Option<PackPanelFn<T>>,
 }
 
@@ -84,6 +89,14 @@ trait Family {
     fn supported() -> bool;
     fn gemm_f32() -> GemmKernels<f32>;
     fn gemm_f64() -> GemmKernels<f64>;
+    /// float32 A and C against bfloat16 / float16 B (packed panels only: no stream kernel).
+    /// A family without its own gets the portable ones (same bits, slower).
+    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
+        portable::half_kernels::<f32, Bf16>()
+    }
+    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
+        portable::half_kernels::<f32, F16>()
+    }
     /// Runs `f` inside a function compiled for the family's instructions.
     ///
     /// # Safety
@@ -152,6 +165,45 @@ impl HasKernels for f32 {
 impl HasKernels for f64 {
     fn gemm_kernels(k: Kernel) -> GemmKernels<f64> {
         with_family!(k, F => F::gemm_f64())
+    }
+}
+
+/// The kernels for A and C of type `Self` against a B holding `W` (every family: the
+/// portable ones where a family has none of its own).
+pub trait KernelsFor<W>: Element {
+    fn kernels_for(k: Kernel) -> GemmKernels<Self, W>;
+}
+
+impl<T: HasKernels> KernelsFor<T> for T {
+    #[inline]
+    fn kernels_for(k: Kernel) -> GemmKernels<T, T> {
+        T::gemm_kernels(k)
+    }
+}
+
+impl KernelsFor<Bf16> for f32 {
+    fn kernels_for(k: Kernel) -> GemmKernels<f32, Bf16> {
+        with_family!(k, F => F::gemm_f32_bf16())
+    }
+}
+
+impl KernelsFor<F16> for f32 {
+    fn kernels_for(k: Kernel) -> GemmKernels<f32, F16> {
+        with_family!(k, F => F::gemm_f32_f16())
+    }
+}
+
+/// float64 against half-size B: the portable kernels (the decoder's float64 reference path
+/// with half-size weights; exact, not tuned).
+impl KernelsFor<Bf16> for f64 {
+    fn kernels_for(_: Kernel) -> GemmKernels<f64, Bf16> {
+        portable::half_kernels::<f64, Bf16>()
+    }
+}
+
+impl KernelsFor<F16> for f64 {
+    fn kernels_for(_: Kernel) -> GemmKernels<f64, F16> {
+        portable::half_kernels::<f64, F16>()
     }
 }
 

@@ -2,8 +2,10 @@
 //! element-wise code.
 
 mod gemm;
+mod half;
 
 use super::{Family, GemmKernels};
+use crate::half::{Bf16, F16};
 
 pub(super) struct Avx2;
 
@@ -26,6 +28,34 @@ impl Family for Avx2 {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
+            wide: None,
+            stream: None,
+            pack_a_panel: None,
+        }
+    }
+
+    /// Half-size B needs F16C as well (every AVX2 CPU known has it); without it, the
+    /// portable kernels.
+    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
+        if !std::arch::is_x86_feature_detected!("f16c") {
+            return super::portable::half_kernels();
+        }
+        GemmKernels {
+            mr: half::MR,
+            tile: half::tile_bf16,
+            wide: None,
+            stream: None,
+            pack_a_panel: None,
+        }
+    }
+
+    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
+        if !std::arch::is_x86_feature_detected!("f16c") {
+            return super::portable::half_kernels();
+        }
+        GemmKernels {
+            mr: half::MR,
+            tile: half::tile_f16,
             wide: None,
             stream: None,
             pack_a_panel: None,

@@ -2,9 +2,11 @@
 //! 12-row A packer, and AVX-512 code generation for the generic element-wise code.
 
 mod gemm;
+mod half;
 mod pack;
 
 use super::{Family, GemmKernels};
+use crate::half::{Bf16, F16};
 
 pub(super) struct Avx512;
 
@@ -30,6 +32,26 @@ impl Family for Avx512 {
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(pack::pack12_f64),
+        }
+    }
+
+    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
+        GemmKernels {
+            mr: half::MR,
+            tile: half::tile_bf16,
+            wide: Some(half::wide_bf16),
+            stream: None,
+            pack_a_panel: Some(pack::pack12_f32),
+        }
+    }
+
+    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
+        GemmKernels {
+            mr: half::MR,
+            tile: half::tile_f16,
+            wide: Some(half::wide_f16),
+            stream: None,
+            pack_a_panel: Some(pack::pack12_f32),
         }
     }
 

@@ -3,6 +3,9 @@
 //! baseline.
 
 mod gemm;
+mod half;
+
+pub(super) use half::half_kernels;
 
 use super::{Family, GemmKernels};
 

@@ -1,0 +1,205 @@
+//! AVX-512F kernels against half-size B (bfloat16 or float16 panels, float32 A and C): the
+//! float32 tile (12 x 32) and wide (1-3 rows x 4 panels) kernels with each 16-value half of a
+//! B step loaded as 32 bytes and widened in a register (bfloat16: zero-extend and shift left
+//! by 16; float16: `vcvtph2ps`), both exact, then the same FMA chain as the float32 kernels.
+
+use crate::half::{Bf16, F16};
+use std::arch::x86_64::*;
+
+/// Rows of a tile (the A panel height these kernels read).
+pub const MR: usize = 12;
+
+/// 16 bfloat16 values at `p` as float32.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn widen_bf16(p: *const Bf16) -> __m512 {
+    let h = _mm256_loadu_si256(p as *const __m256i);
+    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+}
+
+/// 16 float16 values at `p` as float32.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn widen_f16(p: *const F16) -> __m512 {
+    _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+}
+
+#[inline(always)]
+fn lane_mask(live: usize) -> __mmask16 {
+    ((1u32 << live.min(16)) - 1) as __mmask16
+}
+
+macro_rules! avx512_half {
+    ($H:ty, $widen:ident, $tile_entry:ident, $tile:ident, $wide_entry:ident, $wide:ident) => {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn $tile<const M: usize>(
+            cols: usize,
+            kc: usize,
+            a: *const f32,
+            b: *const $H,
+            ldb: usize,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+        ) {
+            let m0 = lane_mask(cols);
+            let m1 = lane_mask(cols.saturating_sub(16));
+            let mut acc0 = [_mm512_setzero_ps(); M];
+            let mut acc1 = [_mm512_setzero_ps(); M];
+            if accumulate {
+                for i in 0..M {
+                    acc0[i] = _mm512_maskz_loadu_ps(m0, c.add(i * ldc));
+                    acc1[i] = _mm512_maskz_loadu_ps(m1, c.add(i * ldc + 16));
+                }
+            }
+            let mut ap = a;
+            let mut bp = b;
+            for _ in 0..kc {
+                let b0 = $widen(bp);
+                let b1 = $widen(bp.add(16));
+                for i in 0..M {
+                    let ai = _mm512_set1_ps(*ap.add(i));
+                    acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+                    acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+                }
+                ap = ap.add(MR);
+                bp = bp.add(ldb);
+            }
+            for i in 0..M {
+                _mm512_mask_storeu_ps(c.add(i * ldc), m0, acc0[i]);
+                _mm512_mask_storeu_ps(c.add(i * ldc + 16), m1, acc1[i]);
+            }
+        }
+
+        #[target_feature(enable = "avx512f")]
+        unsafe fn $wide<const M: usize>(
+            cols_last: usize,
+            kc: usize,
+            a: *const f32,
+            b: *const $H,
+            ldb: usize,
+            bstride: usize,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+        ) {
+            const NR: usize = 32;
+            let full: __mmask16 = !0;
+            let masks = [
+                full,
+                full,
+                full,
+                full,
+                full,
+                full,
+                lane_mask(cols_last),
+                lane_mask(cols_last.saturating_sub(16)),
+            ];
+            let mut acc = [[_mm512_setzero_ps(); 8]; M];
+            if accumulate {
+                for i in 0..M {
+                    for v in 0..8 {
+                        acc[i][v] = _mm512_maskz_loadu_ps(
+                            masks[v],
+                            c.add(i * ldc + (v / 2) * NR + (v % 2) * 16),
+                        );
+                    }
+                }
+            }
+            let mut ap = a;
+            let mut bp = b;
+            for _ in 0..kc {
+                let mut av = [_mm512_setzero_ps(); M];
+                for i in 0..M {
+                    av[i] = _mm512_set1_ps(*ap.add(i));
+                }
+                for v in 0..8 {
+                    let bv = $widen(bp.add((v / 2) * bstride + (v % 2) * 16));
+                    for i in 0..M {
+                        acc[i][v] = _mm512_fmadd_ps(av[i], bv, acc[i][v]);
+                    }
+                }
+                ap = ap.add(MR);
+                bp = bp.add(ldb);
+            }
+            for i in 0..M {
+                for v in 0..8 {
+                    _mm512_mask_storeu_ps(
+                        c.add(i * ldc + (v / 2) * NR + (v % 2) * 16),
+                        masks[v],
+                        acc[i][v],
+                    );
+                }
+            }
+        }
+
+        /// # Safety
+        /// See [`crate::kernels::WideFn`]; the CPU supports AVX-512F; rows <= 3.
+        pub unsafe fn $wide_entry(
+            rows: usize,
+            cols_last: usize,
+            kc: usize,
+            a: *const f32,
+            b: *const $H,
+            ldb: usize,
+            bstride: usize,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+        ) {
+            match rows {
+                3 => $wide::<3>(cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate),
+                2 => $wide::<2>(cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate),
+                1 => $wide::<1>(cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate),
+                _ => {}
+            }
+        }
+
+        /// # Safety
+        /// See [`crate::kernels::TileFn`]; the CPU supports AVX-512F; rows <= 12.
+        pub unsafe fn $tile_entry(
+            rows: usize,
+            cols: usize,
+            kc: usize,
+            a: *const f32,
+            b: *const $H,
+            ldb: usize,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+        ) {
+            match rows {
+                12 => $tile::<12>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                11 => $tile::<11>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                10 => $tile::<10>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                9 => $tile::<9>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                8 => $tile::<8>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                7 => $tile::<7>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                6 => $tile::<6>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                5 => $tile::<5>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                4 => $tile::<4>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                3 => $tile::<3>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                2 => $tile::<2>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                1 => $tile::<1>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                _ => {}
+            }
+        }
+    };
+}
+
+avx512_half!(
+    Bf16,
+    widen_bf16,
+    tile_bf16,
+    tile_rows_bf16,
+    wide_bf16,
+    wide_rows_bf16
+);
+avx512_half!(
+    F16,
+    widen_f16,
+    tile_f16,
+    tile_rows_f16,
+    wide_f16,
+    wide_rows_f16
+);
