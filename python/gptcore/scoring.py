@@ -1,0 +1,206 @@
+"""Sliding-window scoring of a document: the log-likelihood and perplexity of token ids.
+
+This is the one place the sliding-window recipe lives (Hugging Face's "perplexity of
+fixed-length models"); :mod:`gptcore.distributed` and the command line build on it.
+
+Which tokens are scored, with how much context
+----------------------------------------------
+A document of ``n`` tokens ``ids[0], ..., ids[n-1]`` is cut into windows of at most
+``context`` tokens that start every ``stride`` tokens: window ``k`` holds
+``ids[begin:end]`` with ``begin = k * stride`` and ``end = min(begin + context, n)``; the last
+window is the first that reaches the end of the document (``end == n``).
+
+* ``ids[0]`` is never scored: nothing comes before it to predict it.
+* The first window scores ``ids[1:end]``; token ``p`` is predicted from all ``p`` tokens
+  before it.
+* Every later window scores only the tokens the windows before it did not:
+  ``ids[prev_end:end]``, where ``prev_end`` is the previous window's end. Token ``p`` is
+  predicted from the ``p - begin`` tokens of its window before it, which is at least
+  ``context - stride`` tokens (``prev_end - begin = context - stride``).
+
+So every token from the second on is scored exactly once. ``stride`` must be smaller than
+``context`` (a window that overlaps its predecessor by nothing could not score its own first
+token). A document of fewer than two tokens scores nothing.
+
+The summed negative log-likelihood is the exactly rounded (``math.fsum``) sum of the scored
+tokens' log-probabilities from :meth:`gptcore.Model.token_logprobs`, so it does not depend on
+how windows are grouped into batches; and since a batch row never depends on the other rows
+of its batch, neither do the log-probabilities: the result is the same bit for bit whatever
+``batch`` is, and whatever documents share a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+__all__ = ["ScoreResult", "Window", "check_document", "resolve_window", "score_ids", "score_many", "sliding_windows"]
+
+Window = Tuple[int, int, int]
+
+
+def _positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _check_window(context: Any, stride: Any) -> Tuple[int, int]:
+    context = _positive_int(context, "context", 2)
+    stride = _positive_int(stride, "stride", 1)
+    if stride >= context:
+        raise ValueError(
+            f"stride must be smaller than context (each window after the first needs at least one "
+            f"token of context), got stride={stride}, context={context}"
+        )
+    return context, stride
+
+
+def sliding_windows(n_tokens: int, context: int, stride: int) -> List[Window]:
+    """The windows that score a document of ``n_tokens`` tokens: a list of
+    ``(begin, end, first)`` where the window's input is ``ids[begin:end]`` and it scores the
+    tokens ``ids[first:end]`` (see the module's description). Empty when ``n_tokens < 2``.
+
+    >>> sliding_windows(10, 4, 2)
+    [(0, 4, 1), (2, 6, 4), (4, 8, 6), (6, 10, 8)]
+    """
+    n = _positive_int(n_tokens, "n_tokens", 0)
+    context, stride = _check_window(context, stride)
+    windows: List[Window] = []
+    if n < 2:
+        return windows
+    prev_end = 0
+    begin = 0
+    while True:
+        end = min(begin + context, n)
+        windows.append((begin, end, max(prev_end, begin + 1)))
+        if end == n:
+            return windows
+        prev_end = end
+        begin += stride
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """The score of one document.
+
+    ``tokens``: tokens scored (every token but the first); ``nll``: their summed negative
+    log-likelihood in nats (exactly rounded sum); ``mean``: ``nll / tokens``; ``perplexity``:
+    ``exp(mean)`` (both NaN when nothing was scored); ``logprobs``: the scored tokens'
+    log-probabilities in document order (``logprobs[i]`` belongs to ``ids[i + 1]``).
+    """
+
+    tokens: int
+    nll: float
+    mean: float
+    perplexity: float
+    logprobs: np.ndarray = field(repr=False, compare=False)
+
+    @classmethod
+    def from_logprobs(cls, logprobs: np.ndarray) -> "ScoreResult":
+        lp = np.asarray(logprobs, dtype=np.float64)
+        n = int(lp.size)
+        nll = -math.fsum(lp.tolist()) if n else 0.0
+        mean = nll / n if n else math.nan
+        try:
+            ppl = math.exp(mean)
+        except OverflowError:
+            ppl = math.inf
+        return cls(tokens=n, nll=nll, mean=mean, perplexity=ppl, logprobs=lp)
+
+
+def resolve_window(model: Any, context: Optional[int] = None, stride: Optional[int] = None) -> Tuple[int, int]:
+    """``(context, stride)`` for ``model`` with the defaults filled in: ``context`` defaults to
+    the model's ``n_ctx``, ``stride`` to half the context (as in Hugging Face's example);
+    a context beyond ``n_ctx`` is refused for learned positions."""
+    config = model.config
+    if context is None:
+        context = config.n_ctx
+    context = _positive_int(context, "context", 2)
+    if stride is None:
+        stride = max(1, context // 2)
+    context, stride = _check_window(context, stride)
+    if config.pos == "learned" and context > config.n_ctx:
+        raise ValueError(f"context must be <= the model's n_ctx = {config.n_ctx} (learned positions), got {context}")
+    return context, stride
+
+
+def check_document(ids: Any, vocab_size: int, what: str = "ids") -> np.ndarray:
+    """``ids`` as a 1-D int64 array of token ids in ``[0, vocab_size)``, or a clear error."""
+    arr = np.asarray(ids)
+    if arr.dtype == object:
+        raise TypeError(f"{what} must be integer token ids, got an object array")
+    if arr.size == 0 and arr.dtype.kind == "f":
+        arr = arr.astype(np.int64)
+    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} must be an integer array of token ids, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be a 1-D array of token ids, got shape {arr.shape}")
+    if arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi >= vocab_size:
+            bad = lo if lo < 0 else hi
+            pos = int(np.flatnonzero(arr == bad)[0])
+            raise ValueError(f"{what}: token id {bad} at position {pos} is out of range [0, {vocab_size})")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def score_many(
+    model: Any,
+    documents: Sequence[Any],
+    *,
+    context: Optional[int] = None,
+    stride: Optional[int] = None,
+    batch: int = 1,
+) -> List[ScoreResult]:
+    """:func:`score_ids` for several documents at once: the windows of all documents are
+    grouped by length and run ``batch`` windows per call of ``Model.token_logprobs``. Each
+    result equals :func:`score_ids` of its document alone, bit for bit."""
+    batch = _positive_int(batch, "batch", 1)
+    context, stride = resolve_window(model, context, stride)
+    docs = [check_document(d, model.config.vocab_size, f"documents[{i}]") for i, d in enumerate(documents)]
+    # every window of every document, grouped by window length (equal lengths batch together)
+    groups: Dict[int, List[Tuple[int, int, Window]]] = {}
+    pieces: List[List[Optional[np.ndarray]]] = []
+    for d, ids in enumerate(docs):
+        wins = sliding_windows(ids.size, context, stride)
+        pieces.append([None] * len(wins))
+        for w, win in enumerate(wins):
+            groups.setdefault(win[1] - win[0], []).append((d, w, win))
+    for length in sorted(groups, reverse=True):
+        items = groups[length]
+        for start in range(0, len(items), batch):
+            chunk = items[start:start + batch]
+            inputs = np.stack([docs[d][b:e] for d, _, (b, e, _f) in chunk])
+            lp = model.token_logprobs(inputs)  # (rows, length - 1): lp[r, j] scores ids[b + j + 1]
+            for row, (d, w, (b, _e, f)) in enumerate(chunk):
+                pieces[d][w] = lp[row, f - b - 1:].copy()
+    results = []
+    for parts in pieces:
+        lp = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
+        results.append(ScoreResult.from_logprobs(lp))
+    return results
+
+
+def score_ids(
+    model: Any,
+    ids: Any,
+    *,
+    context: Optional[int] = None,
+    stride: Optional[int] = None,
+    batch: int = 1,
+) -> ScoreResult:
+    """Score one document of token ids (1-D) with ``model`` (a :class:`gptcore.Model`).
+
+    Windows of ``context`` tokens (default: the model's ``n_ctx``) every ``stride`` tokens
+    (default: ``context // 2``) as described in :mod:`gptcore.scoring`; ``batch`` windows of
+    equal length go through :meth:`gptcore.Model.token_logprobs` together (the result does not
+    depend on it). Returns a :class:`ScoreResult`.
+    """
+    arr = check_document(ids, model.config.vocab_size, "ids")
+    return score_many(model, [arr], context=context, stride=stride, batch=batch)[0]
