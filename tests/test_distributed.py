@@ -212,6 +212,10 @@ def test_arguments_are_checked(client, model_dir, tmp_path):
         gd.score([np.arange(5)], model_dir, context=8, stride=8)
     with pytest.raises(TypeError, match="weight_dtype"):
         gd.score([np.arange(5)], model_dir, weight_dtype=np.float16)
+    with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64'"):
+        gd.score([np.arange(5)], model_dir, dtype="float16")
+    with pytest.raises(TimeoutError, match="not done after"):
+        gd.score(_docs(12, [64] * 40), model_dir, client=client, batch_tokens=64, timeout=0.001)
     # the model's own limits are checked where it is loaded, and fail the whole run
     with pytest.raises(ValueError, match="n_ctx = 64"):
         gd.score([np.arange(5)], model_dir, client=client, context=65, stride=8, timeout=WAIT)
@@ -307,7 +311,7 @@ def test_cli_unreachable_scheduler(model_dir, tmp_path, capsys):
 # last: a worker dies in the middle of a run
 
 def test_worker_killed_mid_run_loses_nothing(client, model_dir):
-    docs = _docs(10, [64] * 160)
+    docs = _docs(10, [64] * 100)
     expected = gd.score(docs, model_dir, batch_tokens=64)  # one process
     pids = client.run(os.getpid)
     result = {}

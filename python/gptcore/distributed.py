@@ -34,6 +34,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .model import _dtype_name
 from .scoring import check_document, resolve_window, score_many
 
 __all__ = ["COLUMNS", "clear_model_cache", "model_cache_info", "score"]
@@ -334,7 +335,7 @@ def score(
         raise TypeError(f"score: model must be a path (str or os.PathLike), got {type(model).__name__}") from None
     if weight_dtype is not None and not isinstance(weight_dtype, str):
         raise TypeError(f"score: weight_dtype must be a str such as 'bfloat16' or None, got {weight_dtype!r}")
-    spec = _ModelSpec(model_path, str(np.dtype(dtype).name) if not isinstance(dtype, str) else dtype, weight_dtype)
+    spec = _ModelSpec(model_path, _dtype_name(dtype), weight_dtype)
     items, sizes = _items(documents)
     groups = _tasks(sizes, batch_tokens)
     out_dir: Optional[str] = None
@@ -377,6 +378,9 @@ def score(
                     results[t] = fut.result()
                     if bar is not None:
                         bar.update(weights[t])
+            except TimeoutError as exc:
+                client.cancel(futures)
+                raise TimeoutError(f"score: not done after {timeout:g} s") from exc
             except BaseException:
                 client.cancel(futures)
                 raise
