@@ -297,7 +297,8 @@ def score(
     read at that path (a relative path is made absolute here). ``client``: a
     ``distributed.Client``, a scheduler address (``"tcp://host:8786"``; the connection gives up
     with :class:`ConnectionError` after ``connect_timeout`` seconds), or None to score in this
-    process. ``context``/``stride``: the sliding window of :mod:`gptcore.scoring` (default the
+    process (which then keeps the model cached as a worker does, until
+    :func:`clear_model_cache`). ``context``/``stride``: the sliding window of :mod:`gptcore.scoring` (default the
     model's ``n_ctx`` and half of it). ``batch_tokens``: the most tokens of one task (a longer
     document is a task of its own); ``batch``: windows of equal length per model call.
     ``dtype`` and ``weight_dtype`` (e.g. ``"bfloat16"``) are passed to :func:`gptcore.load`
