@@ -66,7 +66,7 @@ def _stamp(path: str) -> Tuple[int, int]:
     try:
         st = os.stat(p)
     except OSError:
-        st = os.stat(path)
+        return (-1, -1)  # nothing there: load() says so
     return st.st_size, st.st_mtime_ns
 
 
