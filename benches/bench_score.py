@@ -73,7 +73,7 @@ def main() -> None:
             client = Client(cluster, set_as_default=False)
             client.wait_for_workers(n, timeout=120)
             # warm every worker: each loads and packs the model once
-            client.run(gd._model, gd._ModelSpec(os.path.abspath(path), "float32", None))
+            client.run(gd.preload, path)
             clusters[n] = (cluster, client)
         samples = {"one process": []}
         samples.update({n: [] for n in clusters})

@@ -116,6 +116,9 @@ def test_model_built_once_per_worker_and_threads_from_the_worker(client, model_d
     # each worker has one thread, so gptcore runs with one thread there (the default is the cores)
     threads = client.run(gptcore.get_num_threads)
     assert all(threads[w] == 1 for w, i in info.items() if i["tasks"]), threads
+    # preload builds nothing more where the model is already there, and builds it elsewhere
+    info = client.run(gd.preload, model_dir)
+    assert all(i["builds"] == 1 and i["path"] == model_dir for i in info.values()), info
     # other load options are another model: built again
     gd.score(docs[:4], model_dir, client=client, dtype="float64", timeout=WAIT)
     info2 = client.run(gd.model_cache_info)

@@ -37,7 +37,7 @@ import numpy as np
 from .model import _dtype_name
 from .scoring import check_document, resolve_window, score_many
 
-__all__ = ["COLUMNS", "clear_model_cache", "model_cache_info", "score"]
+__all__ = ["COLUMNS", "clear_model_cache", "model_cache_info", "preload", "score"]
 
 #: The columns of :func:`score`'s table, in order.
 COLUMNS = ("document", "path", "tokens", "scored", "nll", "mean", "perplexity", "error")
@@ -94,6 +94,14 @@ def _tokenizer(spec: _ModelSpec) -> Any:
             folder = spec.path if os.path.isdir(spec.path) else os.path.dirname(spec.path)
             _CACHE["tokenizer"] = Tokenizer.from_folder(folder)
         return _CACHE["tokenizer"]
+
+
+def preload(model: PathLike, *, dtype: str = "float32", weight_dtype: Optional[str] = None) -> Dict[str, Any]:
+    """Load and pack ``model`` into this process's cache now (as the first task would) and
+    return :func:`model_cache_info`. On a cluster, ``client.run(preload, path)`` warms every
+    worker before a timed run."""
+    _model(_ModelSpec(os.path.abspath(os.fspath(model)), _dtype_name(dtype), weight_dtype))
+    return model_cache_info()
 
 
 def model_cache_info() -> Dict[str, Any]:
