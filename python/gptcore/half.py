@@ -3,15 +3,15 @@
 numpy has no bfloat16, so the public functions speak float32 (values exactly representable in
 the 16-bit format) or ``uint16`` (the raw bit patterns):
 
-* :func:`round_weights` rounds float32 values to the format (IEEE round to nearest, ties to
+* ``round_weights`` rounds float32 values to the format (IEEE round to nearest, ties to
   even; NaN stays NaN, quiet; beyond the largest finite value, infinity as IEEE says) and
   returns them as float32. ``Model(round_weights(w), ...)`` is the float32 model a
   ``Model(w, weight_dtype=...)`` equals bit for bit.
-* :func:`to_half_bits` / :func:`from_half_bits` convert between float32 values and the uint16
+* ``to_half_bits`` / ``from_half_bits`` convert between float32 values and the uint16
   bit patterns (widening is exact).
 
 The rest of this module reads and writes BF16/F16 safetensors checkpoints one tensor at a time
-(no float32 copy of the model), for :func:`gptcore.load` and :meth:`gptcore.Model.save`.
+(no float32 copy of the model), for ``gptcore.load`` and ``gptcore.Model.save``.
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def open_lazy(
     configuration (from ``config.json``, the file's metadata, or inferred from the shapes), and
     ``fetch(name)``, which reads one large tensor and returns its uint16 patterns in
     ``weight_dtype``. Names, shapes and byte counts are all checked first, exactly as
-    :func:`gptcore.load_safetensors` checks them.
+    ``gptcore.load_safetensors`` checks them.
     """
     from .weights import checkpoint, schema, validation  # noqa: F401
 
@@ -332,7 +332,7 @@ def _write_file(path: Path, tensors: Dict[str, Tuple[str, Tuple[int, ...], np.nd
 def save_half(weights: Dict[str, np.ndarray], config: GPTConfig, path: Any, weight_dtype: str) -> Path:
     """Write float32 ``weights`` with every weight matrix and embedding table as BF16/F16
     (rounded to nearest even: values already in the format are kept bit for bit) and biases
-    and LayerNorm parameters as F32, in the layout of :func:`gptcore.save_safetensors`."""
+    and LayerNorm parameters as F32, in the layout of ``gptcore.save_safetensors``."""
     from .weights import checkpoint, schema, validation  # noqa: F401
 
     schema._check_config("save_safetensors", config)
