@@ -222,9 +222,22 @@ fn k_blocks_are_equal_sized() {
 fn wide_kernel_matches_reference() {
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for k in available().into_iter().filter(|&k| k != Kernel::Portable) {
+            assert!(
+                T::gemm_kernels(k).wide.is_some(),
+                "{k:?} has no wide kernel"
+            );
+        }
         for kernel in available() {
             for m in 1..=4 {
-                for n in [4 * T::NR, 4 * T::NR + 1, 5 * T::NR - 3, 9 * T::NR + 7] {
+                for n in [
+                    3 * T::NR + 1,
+                    4 * T::NR - 5,
+                    4 * T::NR,
+                    4 * T::NR + 1,
+                    5 * T::NR - 3,
+                    9 * T::NR + 7,
+                ] {
                     for k in [1, T::KC_MAX, T::KC_MAX + 1, 1000] {
                         check_product::<T>(kernel, &mut rng, m, k, n);
                     }
@@ -294,7 +307,15 @@ fn epilogue_sees_every_final_element_once() {
 fn packing_a_over_a_used_buffer_writes_every_value() {
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-        let shapes = [(13usize, 7usize), (25, 300), (36, 389), (5, 1000), (1, 3)];
+        let shapes = [
+            (13usize, 7usize),
+            (25, 300),
+            (36, 389),
+            (5, 1000),
+            (1, 3),
+            (6, 389),
+            (17, 100),
+        ];
         for (kernel, (m, k)) in available()
             .into_iter()
             .flat_map(|kr| shapes.into_iter().map(move |s| (kr, s)))
@@ -377,13 +398,16 @@ fn packing_b_into_a_used_buffer_matches_fresh_packing() {
 fn stream_kernel_matches_reference() {
     // One to eight rows against a B read in place that is wide enough for the stream kernel
     // (whole rows, one column range per thread): every row count, depths around the kernel's
-    // four-step passes, widths with and without a partial last vector, one and two threads; B
+    // eight-step passes, widths with and without a partial last vector, one and two threads; B
     // inside a wider NaN-padded matrix, A inside a wider matrix or transposed.
     fn check<T: GemmElement>() {
         let kernels: Vec<Kernel> = available()
             .into_iter()
             .filter(|&k| T::gemm_kernels(k).stream.is_some())
             .collect();
+        for k in available().into_iter().filter(|&k| k != Kernel::Portable) {
+            assert!(kernels.contains(&k), "{k:?} has no stream kernel");
+        }
         let mut rng = rand::rngs::StdRng::seed_from_u64(31);
         let before = threads::num_threads();
         for (k, n) in [

@@ -1,8 +1,10 @@
-//! The AVX2+FMA family: its tile kernels, and AVX2 code generation for the generic
-//! element-wise code.
+//! The AVX2+FMA family: 6 x 16 (f32) and 6 x 8 (f64) tiles (two half-panels of 12
+//! accumulators), wide and stream kernels, the 6- and 12-row A packers, and AVX2 code
+//! generation for the generic element-wise code.
 
 mod gemm;
 mod half;
+pub(super) mod pack;
 
 use super::{Family, GemmKernels};
 use crate::half::{Bf16, F16};
@@ -18,9 +20,9 @@ impl Family for Avx2 {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
-            wide: None,
-            stream: None,
-            pack_a_panel: None,
+            wide: Some(gemm::wide_f32),
+            stream: Some(gemm::stream_f32),
+            pack_a_panel: Some(pack::pack_rows_f32::<6>),
         }
     }
 
@@ -28,9 +30,9 @@ impl Family for Avx2 {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
-            wide: None,
-            stream: None,
-            pack_a_panel: None,
+            wide: Some(gemm::wide_f64),
+            stream: Some(gemm::stream_f64),
+            pack_a_panel: Some(pack::pack_rows_f64::<6>),
         }
     }
 

@@ -1,9 +1,8 @@
 //! The AVX-512F family: 12 x 32 (f32) and 12 x 16 (f64) tiles, wide and stream kernels, the
-//! 12-row A packer, and AVX-512 code generation for the generic element-wise code.
+//! 12-row A packer (shared with the AVX2 family), and AVX-512 code generation for the generic element-wise code.
 
 mod gemm;
 mod half;
-mod pack;
 
 use super::{Family, GemmKernels};
 use crate::half::{Bf16, F16};
@@ -21,7 +20,7 @@ impl Family for Avx512 {
             tile: gemm::kernel_f32,
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
-            pack_a_panel: Some(pack::pack12_f32),
+            pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
         }
     }
 
@@ -31,7 +30,7 @@ impl Family for Avx512 {
             tile: gemm::kernel_f64,
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
-            pack_a_panel: Some(pack::pack12_f64),
+            pack_a_panel: Some(super::avx2::pack::pack_rows_f64::<12>),
         }
     }
 
@@ -41,7 +40,7 @@ impl Family for Avx512 {
             tile: half::tile_bf16,
             wide: Some(half::wide_bf16),
             stream: None,
-            pack_a_panel: Some(pack::pack12_f32),
+            pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
         }
     }
 
@@ -51,7 +50,7 @@ impl Family for Avx512 {
             tile: half::tile_f16,
             wide: Some(half::wide_f16),
             stream: None,
-            pack_a_panel: Some(pack::pack12_f32),
+            pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
         }
     }
 
