@@ -196,9 +196,23 @@ fn k_blocks_are_equal_sized() {
 fn wide_kernel_matches_reference() {
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        #[cfg(target_arch = "x86_64")]
+        for k in [Kernel::Avx512, Kernel::Avx2] {
+            assert!(
+                !k.supported() || T::spec(k).wide.is_some(),
+                "{k:?} has no wide kernel"
+            );
+        }
         for kernel in available() {
             for m in 1..=4 {
-                for n in [4 * T::NR, 4 * T::NR + 1, 5 * T::NR - 3, 9 * T::NR + 7] {
+                for n in [
+                    3 * T::NR + 1,
+                    4 * T::NR - 5,
+                    4 * T::NR,
+                    4 * T::NR + 1,
+                    5 * T::NR - 3,
+                    9 * T::NR + 7,
+                ] {
                     for k in [1, T::KC_MAX, T::KC_MAX + 1, 1000] {
                         check_product::<T>(kernel, &mut rng, m, k, n);
                     }
@@ -266,6 +280,8 @@ fn packing_a_over_a_used_buffer_writes_every_value() {
             (36, 389, 12),
             (5, 1000, 4),
             (1, 3, 3),
+            (6, 389, 6),
+            (17, 100, 6),
         ];
         for (m, k, mr) in shapes {
             // Rows of A inside a wider matrix (row stride k + 5), as a view.
@@ -344,11 +360,19 @@ fn packing_b_into_a_used_buffer_matches_fresh_packing() {
 fn stream_kernel_matches_reference() {
     // One to eight rows against a B read in place that is wide enough for the stream kernel
     // (whole rows, one column range per thread): every row count, depths around the kernel's
-    // four-step passes, widths with and without a partial last vector, one and two threads; B
+    // eight-step passes, widths with and without a partial last vector, one and two threads; B
     // inside a wider NaN-padded matrix, A inside a wider matrix or transposed.
     fn check<T: GemmElement>() {
-        if !Kernel::Avx512.supported() {
-            return;
+        let kernels: Vec<Kernel> = available()
+            .into_iter()
+            .filter(|&k| T::spec(k).stream.is_some())
+            .collect();
+        #[cfg(target_arch = "x86_64")]
+        for k in [Kernel::Avx512, Kernel::Avx2] {
+            assert!(
+                !k.supported() || kernels.contains(&k),
+                "{k:?} has no stream kernel"
+            );
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(31);
         let before = threads::num_threads();
@@ -383,13 +407,16 @@ fn stream_kernel_matches_reference() {
                     unsafe { MatRef::from_raw(aw.as_ptr(), m, k, lda as isize, 1) },
                     unsafe { MatRef::from_raw(at.as_ptr(), m, k, 1, m as isize) },
                 ];
-                for t in [1usize, 2] {
+                for (t, kernel) in [1usize, 2]
+                    .into_iter()
+                    .flat_map(|t| kernels.iter().map(move |&kernel| (t, kernel)))
+                {
                     threads::set_num_threads(t).unwrap();
                     for av in views {
                         let ldc = n + 2;
                         let sentinel = T::from_f64(777.25);
                         let mut c = vec![sentinel; (m + 1) * ldc];
-                        gemm_unpacked_with(Kernel::Avx512, av, bview, &mut c, ldc);
+                        gemm_unpacked_with(kernel, av, bview, &mut c, ldc);
                         for (idx, v) in c.iter().enumerate() {
                             let (r, col) = (idx / ldc, idx % ldc);
                             let expect = if r < m && col < n {
@@ -400,7 +427,7 @@ fn stream_kernel_matches_reference() {
                             assert_eq!(
                                 v.to_f64().to_bits(),
                                 expect.to_f64().to_bits(),
-                                "{} m={m} k={k} n={n} threads={t} at ({r}, {col})",
+                                "{} {kernel:?} m={m} k={k} n={n} threads={t} at ({r}, {col})",
                                 T::NAME
                             );
                         }

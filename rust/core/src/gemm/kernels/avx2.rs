@@ -1,98 +1,442 @@
-//! AVX2+FMA micro-kernels: 3 rows x 4 ymm vectors (f32: 3 x 32, f64: 3 x 16), 12
-//! accumulators (16 ymm registers in all), using the same packed B panels as the AVX-512 kernels.
-//! Column edges use `vmaskmov` loads and stores.
+//! AVX2+FMA micro-kernels (16 ymm registers).
+//!
+//! - Tile kernel: `MR` = 6 rows x 2 ymm vectors (f32: 6 x 16, f64: 6 x 8), 12 accumulators,
+//!   the shape of BLIS's Haswell kernels. The shared packed B panel (NR = 32 f32 / 16 f64
+//!   columns, k-major) is taken as two halves, one after the other, each through the whole
+//!   depth block; the A micro-panel (6 values per depth step) is read once per half, from L1.
+//!   Measured against the earlier 3 rows x 4 vectors (a whole panel per pass) and 4 x 2
+//!   (AVX2 path forced on the 2-core Xeon with AVX-512, one thread, loaded machine, GFLOP/s
+//!   6x2 / 3x4 / 4x2): f32 256x768x2304 54 / 40 / 48, 1024x768x3072 66 / 44 / 62,
+//!   1024x3072x768 57 / 38 / 40; f64 256x768x2304 35 / 22 / 27, 1024x768x3072 36 / 23 / 29.
+//! - Wide kernel (1 to 3 rows against 4 consecutive panels): the 16 vectors per row are
+//!   taken in groups of as many as the 12 accumulators allow (1 row: 8, 2 rows: 6, 3 rows: 4).
+//! - Stream kernel (1 to 8 rows against B read in place along whole rows): as in the AVX-512
+//!   file, C kept in memory, eight depth steps per pass.
+//!
+//! Every element of C is one FMA chain over k ascending, so all give the bits of
+//! `gemm_reference`. Column edges use `vmaskmov` loads and stores; whole vectors plain ones
+//! (`vmaskmov` stores are slow on AMD cores).
 
 use std::arch::x86_64::*;
 
-pub const MR_F32: usize = 3;
-pub const MR_F64: usize = 3;
+pub const MR_F32: usize = 6;
+pub const MR_F64: usize = 6;
 
-macro_rules! avx2_kernel {
-    ($entry:ident, $tile:ident, $T:ty, $MR:expr, $LANES:expr, $V:ty, $maskint:ty,
-     $zero:ident, $loadu:ident, $maskload:ident, $maskstore:ident, $set1:ident, $fmadd:ident) => {
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn $tile<const M: usize>(
-            cols: usize,
-            kc: usize,
-            a: *const $T,
-            b: *const $T,
-            ldb: usize,
-            c: *mut $T,
-            ldc: usize,
-            accumulate: bool,
-        ) {
-            // Lane masks: lane l of vector v is live when 4*... v*LANES + l < cols.
-            let mut masks = [_mm256_setzero_si256(); 4];
-            for v in 0..4 {
-                let mut lanes = [0 as $maskint; $LANES];
-                for l in 0..$LANES {
-                    if v * $LANES + l < cols {
-                        lanes[l] = -1;
-                    }
+/// Prefetch distance (depth steps) for B read in place by the tile kernel.
+const PF_B: usize = 16;
+/// Prefetch distance (depth steps) for B read in place by the wide kernel.
+const PF_WIDE: usize = 8;
+
+macro_rules! avx2_impl {
+    ($module:ident, $T:ty, $MR:expr, $LANES:expr, $V:ty, $maskint:ty,
+     $zero:ident, $loadu:ident, $storeu:ident, $maskload:ident, $maskstore:ident,
+     $set1:ident, $fmadd:ident) => {
+        pub mod $module {
+            use super::*;
+
+            /// Lanes per vector.
+            const L: usize = $LANES;
+            /// Columns of a packed B panel.
+            const NR: usize = 4 * L;
+
+            const fn mask_table() -> [$maskint; 2 * L] {
+                let mut t = [0 as $maskint; 2 * L];
+                let mut i = 0;
+                while i < L {
+                    t[i] = -1;
+                    i += 1;
                 }
-                masks[v] = _mm256_loadu_si256(lanes.as_ptr() as *const __m256i);
+                t
             }
-            let mut acc: [[$V; 4]; M] = [[$zero(); 4]; M];
-            if accumulate {
-                for i in 0..M {
-                    for v in 0..4 {
-                        acc[i][v] = $maskload(c.add(i * ldc + v * $LANES), masks[v]);
-                    }
-                }
+            /// L set lanes then L clear ones: the mask of the first `live` lanes starts at
+            /// `L - live`.
+            static MASKS: [$maskint; 2 * L] = mask_table();
+
+            /// The first `live` of the L lanes (all of them when `live >= L`).
+            #[inline(always)]
+            unsafe fn lane_mask(live: usize) -> __m256i {
+                _mm256_loadu_si256(MASKS.as_ptr().add(L - live.min(L)) as *const __m256i)
             }
-            let mut ap = a;
-            let mut bp = b;
-            for _ in 0..kc {
-                // 12 accumulators + M broadcasts + one B vector = 16 ymm registers: load B
-                // one vector at a time so nothing spills.
-                let mut av = [$zero(); M];
-                for i in 0..M {
-                    av[i] = $set1(*ap.add(i));
-                }
-                for v in 0..4 {
-                    let bv = $loadu(bp.add(v * $LANES));
+
+            /// `M` rows x `V` vectors of C (`cols` <= V L live columns) over `kc` depth steps;
+            /// A has `MRS` values per depth step.
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn tile<const M: usize, const V: usize, const MRS: usize>(
+                cols: usize,
+                kc: usize,
+                a: *const $T,
+                b: *const $T,
+                ldb: usize,
+                c: *mut $T,
+                ldc: usize,
+                accumulate: bool,
+            ) {
+                let full = cols >= V * L;
+                let mut acc = [[$zero(); V]; M];
+                if accumulate {
                     for i in 0..M {
-                        acc[i][v] = $fmadd(av[i], bv, acc[i][v]);
+                        for v in 0..V {
+                            let cp = c.add(i * ldc + v * L);
+                            acc[i][v] = if full {
+                                $loadu(cp)
+                            } else {
+                                $maskload(cp, lane_mask(cols.saturating_sub(v * L)))
+                            };
+                        }
                     }
                 }
-                ap = ap.add($MR);
-                bp = bp.add(ldb);
-            }
-            for i in 0..M {
-                for v in 0..4 {
-                    $maskstore(c.add(i * ldc + v * $LANES), masks[v], acc[i][v]);
+                let mut ap = a;
+                let mut bp = b;
+                if ldb == NR {
+                    for _ in 0..kc {
+                        let mut bv = [$zero(); V];
+                        for v in 0..V {
+                            bv[v] = $loadu(bp.add(v * L));
+                        }
+                        for i in 0..M {
+                            let ai = $set1(*ap.add(i));
+                            for v in 0..V {
+                                acc[i][v] = $fmadd(ai, bv[v], acc[i][v]);
+                            }
+                        }
+                        ap = ap.add(MRS);
+                        bp = bp.add(ldb);
+                    }
+                } else {
+                    // B read in place: rows far apart, which the hardware prefetcher does not
+                    // follow from memory. Addresses past the end are harmless (no fault).
+                    for _ in 0..kc {
+                        let ahead = bp.wrapping_add(PF_B * ldb);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(V * L - 1) as *const i8);
+                        let mut bv = [$zero(); V];
+                        for v in 0..V {
+                            bv[v] = $loadu(bp.add(v * L));
+                        }
+                        for i in 0..M {
+                            let ai = $set1(*ap.add(i));
+                            for v in 0..V {
+                                acc[i][v] = $fmadd(ai, bv[v], acc[i][v]);
+                            }
+                        }
+                        ap = ap.add(MRS);
+                        bp = bp.add(ldb);
+                    }
+                }
+                for i in 0..M {
+                    for v in 0..V {
+                        let cp = c.add(i * ldc + v * L);
+                        if full {
+                            $storeu(cp, acc[i][v]);
+                        } else {
+                            $maskstore(cp, lane_mask(cols.saturating_sub(v * L)), acc[i][v]);
+                        }
+                    }
                 }
             }
-        }
 
-        /// # Safety
-        /// The CPU supports AVX2 and FMA; `a` holds `kc * MR` values; `b` holds `kc` rows of
-        /// NR readable values `ldb` apart; C has `rows` rows of `cols` writable values `ldc`
-        /// apart.
-        pub unsafe fn $entry(
-            rows: usize,
-            cols: usize,
-            kc: usize,
-            a: *const $T,
-            b: *const $T,
-            ldb: usize,
-            c: *mut $T,
-            ldc: usize,
-            accumulate: bool,
-        ) {
-            match rows {
-                3 => $tile::<3>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                2 => $tile::<2>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                1 => $tile::<1>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                _ => {}
+            /// A panel of NR columns as `NR / (V L)` strips of V vectors, each through the
+            /// whole depth block, for `rows` <= MRS rows.
+            #[inline(always)]
+            unsafe fn strips<const V: usize, const MRS: usize>(
+                rows: usize,
+                cols: usize,
+                kc: usize,
+                a: *const $T,
+                b: *const $T,
+                ldb: usize,
+                c: *mut $T,
+                ldc: usize,
+                accumulate: bool,
+            ) {
+                let w = V * L;
+                let mut j = 0;
+                while j < cols {
+                    let cw = (cols - j).min(w);
+                    let (bj, cj) = (b.add(j), c.add(j));
+                    macro_rules! go {
+                        ($m:literal) => {
+                            tile::<$m, V, MRS>(cw, kc, a, bj, ldb, cj, ldc, accumulate)
+                        };
+                    }
+                    match rows {
+                        1 => go!(1),
+                        2 => go!(2),
+                        3 => go!(3),
+                        4 if MRS >= 4 => go!(4),
+                        5 if MRS >= 5 => go!(5),
+                        6 if MRS >= 6 => go!(6),
+                        _ => {}
+                    }
+                    j += w;
+                }
+            }
+
+            /// # Safety
+            /// The CPU supports AVX2 and FMA; `a` holds `kc * MR` values; `b` holds `kc` rows
+            /// of NR readable values `ldb` apart; C has `rows` (<= MR) rows of `cols` writable
+            /// values `ldc` apart.
+            pub unsafe fn kernel(
+                rows: usize,
+                cols: usize,
+                kc: usize,
+                a: *const $T,
+                b: *const $T,
+                ldb: usize,
+                c: *mut $T,
+                ldc: usize,
+                accumulate: bool,
+            ) {
+                strips::<2, { $MR }>(rows, cols, kc, a, b, ldb, c, ldc, accumulate)
+            }
+
+            /// `G` consecutive vectors (from vector `v0`, vector v being columns v L .. v L + L
+            /// of the four panels side by side) of `M` rows through the depth block.
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn wide_group<const M: usize, const G: usize>(
+                v0: usize,
+                cols_last: usize,
+                kc: usize,
+                a: *const $T,
+                b: *const $T,
+                ldb: usize,
+                bstride: usize,
+                c: *mut $T,
+                ldc: usize,
+                accumulate: bool,
+            ) {
+                // Live columns of vector v: whole vectors in the first three panels, the
+                // last panel's `cols_last` columns after that.
+                let live = |v: usize| {
+                    if v < 12 {
+                        L
+                    } else {
+                        cols_last.saturating_sub((v - 12) * L).min(L)
+                    }
+                };
+                let boff = |v: usize| (v / 4) * bstride + (v % 4) * L;
+                let mut acc = [[$zero(); G]; M];
+                if accumulate {
+                    for i in 0..M {
+                        for g in 0..G {
+                            let v = v0 + g;
+                            let cp = c.add(i * ldc + v * L);
+                            acc[i][g] = if live(v) == L {
+                                $loadu(cp)
+                            } else {
+                                $maskload(cp, lane_mask(live(v)))
+                            };
+                        }
+                    }
+                }
+                let mut ap = a;
+                let mut bp = b;
+                let in_place = ldb != NR;
+                for _ in 0..kc {
+                    if in_place {
+                        for g in 0..G {
+                            let ahead = PF_WIDE * ldb + boff(v0 + g);
+                            _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead) as *const i8);
+                        }
+                    }
+                    let mut av = [$zero(); M];
+                    for i in 0..M {
+                        av[i] = $set1(*ap.add(i));
+                    }
+                    for g in 0..G {
+                        let bv = $loadu(bp.add(boff(v0 + g)));
+                        for i in 0..M {
+                            acc[i][g] = $fmadd(av[i], bv, acc[i][g]);
+                        }
+                    }
+                    ap = ap.add($MR);
+                    bp = bp.add(ldb);
+                }
+                for i in 0..M {
+                    for g in 0..G {
+                        let v = v0 + g;
+                        let cp = c.add(i * ldc + v * L);
+                        if live(v) == L {
+                            $storeu(cp, acc[i][g]);
+                        } else {
+                            $maskstore(cp, lane_mask(live(v)), acc[i][g]);
+                        }
+                    }
+                }
+            }
+
+            /// # Safety
+            /// As for the tile kernel, with 4 B panels `bstride` values apart (the last one
+            /// with `cols_last` live columns, each step `ldb` values after the one before) and
+            /// C `rows` x (3 NR + cols_last); rows <= 3.
+            pub unsafe fn wide(
+                rows: usize,
+                cols_last: usize,
+                kc: usize,
+                a: *const $T,
+                b: *const $T,
+                ldb: usize,
+                bstride: usize,
+                c: *mut $T,
+                ldc: usize,
+                accumulate: bool,
+            ) {
+                macro_rules! group {
+                    ($m:literal, $g:literal, $v0:expr) => {
+                        wide_group::<$m, $g>(
+                            $v0, cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate,
+                        )
+                    };
+                }
+                match rows {
+                    1 => {
+                        group!(1, 8, 0);
+                        group!(1, 8, 8);
+                    }
+                    2 => {
+                        group!(2, 6, 0);
+                        group!(2, 6, 6);
+                        group!(2, 4, 12);
+                    }
+                    3 => {
+                        for v0 in [0, 4, 8, 12] {
+                            group!(3, 4, v0);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+
+            /// Few rows of A against B read in place along its whole rows: C kept in memory,
+            /// eight depth steps per pass over it, each from its own row of B (eight long
+            /// sequential streams). Per element the chain `c = fma(a[k], b[k][j], c)`, k
+            /// ascending from a zero C.
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn stream_rows<const M: usize>(
+                cols: usize,
+                k: usize,
+                a: *const $T,
+                lda: usize,
+                b: *const $T,
+                ldb: usize,
+                c: *mut $T,
+                ldc: usize,
+            ) {
+                let nfull = cols / L;
+                let tail = cols % L;
+                let tmask = lane_mask(tail);
+                for i in 0..M {
+                    for v in 0..nfull {
+                        $storeu(c.add(i * ldc + v * L), $zero());
+                    }
+                    if tail > 0 {
+                        $maskstore(c.add(i * ldc + nfull * L), tmask, $zero());
+                    }
+                }
+                const S: usize = 8;
+                let mut kk = 0;
+                while kk + S <= k {
+                    let mut av = [[$zero(); S]; M];
+                    for i in 0..M {
+                        for s in 0..S {
+                            av[i][s] = $set1(*a.add(i * lda + kk + s));
+                        }
+                    }
+                    let b0 = b.add(kk * ldb);
+                    for v in 0..nfull {
+                        let off = v * L;
+                        let mut bv = [$zero(); S];
+                        for s in 0..S {
+                            bv[s] = $loadu(b0.add(s * ldb + off));
+                        }
+                        for i in 0..M {
+                            let cp = c.add(i * ldc + off);
+                            let mut cv = $loadu(cp);
+                            for s in 0..S {
+                                cv = $fmadd(av[i][s], bv[s], cv);
+                            }
+                            $storeu(cp, cv);
+                        }
+                    }
+                    if tail > 0 {
+                        let off = nfull * L;
+                        let mut bv = [$zero(); S];
+                        for s in 0..S {
+                            bv[s] = $maskload(b0.add(s * ldb + off), tmask);
+                        }
+                        for i in 0..M {
+                            let cp = c.add(i * ldc + off);
+                            let mut cv = $maskload(cp, tmask);
+                            for s in 0..S {
+                                cv = $fmadd(av[i][s], bv[s], cv);
+                            }
+                            $maskstore(cp, tmask, cv);
+                        }
+                    }
+                    kk += S;
+                }
+                while kk < k {
+                    let b0 = b.add(kk * ldb);
+                    for v in 0..nfull {
+                        let off = v * L;
+                        let bv = $loadu(b0.add(off));
+                        for i in 0..M {
+                            let cp = c.add(i * ldc + off);
+                            let cv = $fmadd($set1(*a.add(i * lda + kk)), bv, $loadu(cp));
+                            $storeu(cp, cv);
+                        }
+                    }
+                    if tail > 0 {
+                        let off = nfull * L;
+                        let bv = $maskload(b0.add(off), tmask);
+                        for i in 0..M {
+                            let cp = c.add(i * ldc + off);
+                            let cv = $fmadd($set1(*a.add(i * lda + kk)), bv, $maskload(cp, tmask));
+                            $maskstore(cp, tmask, cv);
+                        }
+                    }
+                    kk += 1;
+                }
+            }
+
+            /// # Safety
+            /// The CPU supports AVX2 and FMA; A has `rows` (1 to 8) rows of `k` values `lda`
+            /// apart, B `k` rows of `cols` readable values `ldb` apart, C `rows` rows of
+            /// `cols` writable values `ldc` apart.
+            pub unsafe fn stream(
+                rows: usize,
+                cols: usize,
+                k: usize,
+                a: *const $T,
+                lda: usize,
+                b: *const $T,
+                ldb: usize,
+                c: *mut $T,
+                ldc: usize,
+            ) {
+                macro_rules! go {
+                    ($m:literal) => {
+                        stream_rows::<$m>(cols, k, a, lda, b, ldb, c, ldc)
+                    };
+                }
+                match rows {
+                    8 => go!(8),
+                    7 => go!(7),
+                    6 => go!(6),
+                    5 => go!(5),
+                    4 => go!(4),
+                    3 => go!(3),
+                    2 => go!(2),
+                    1 => go!(1),
+                    _ => {}
+                }
             }
         }
     };
 }
 
-avx2_kernel!(
-    kernel_f32,
-    tile_f32,
+avx2_impl!(
+    f32k,
     f32,
     MR_F32,
     8,
@@ -100,14 +444,14 @@ avx2_kernel!(
     i32,
     _mm256_setzero_ps,
     _mm256_loadu_ps,
+    _mm256_storeu_ps,
     _mm256_maskload_ps,
     _mm256_maskstore_ps,
     _mm256_set1_ps,
     _mm256_fmadd_ps
 );
-avx2_kernel!(
-    kernel_f64,
-    tile_f64,
+avx2_impl!(
+    f64k,
     f64,
     MR_F64,
     4,
@@ -115,8 +459,12 @@ avx2_kernel!(
     i64,
     _mm256_setzero_pd,
     _mm256_loadu_pd,
+    _mm256_storeu_pd,
     _mm256_maskload_pd,
     _mm256_maskstore_pd,
     _mm256_set1_pd,
     _mm256_fmadd_pd
 );
+
+pub use f32k::{kernel as kernel_f32, stream as stream_f32, wide as wide_f32};
+pub use f64k::{kernel as kernel_f64, stream as stream_f64, wide as wide_f64};

@@ -65,8 +65,8 @@ impl HasKernels for f32 {
             Kernel::Avx2 => KernelSpec {
                 mr: avx2::MR_F32,
                 run: avx2::kernel_f32,
-                wide: None,
-                stream: None,
+                wide: Some(avx2::wide_f32),
+                stream: Some(avx2::stream_f32),
             },
             _ => KernelSpec {
                 mr: portable::MR,
@@ -92,8 +92,8 @@ impl HasKernels for f64 {
             Kernel::Avx2 => KernelSpec {
                 mr: avx2::MR_F64,
                 run: avx2::kernel_f64,
-                wide: None,
-                stream: None,
+                wide: Some(avx2::wide_f64),
+                stream: Some(avx2::stream_f64),
             },
             _ => KernelSpec {
                 mr: portable::MR,
