@@ -19,6 +19,10 @@
 //! `gemm_reference`. Column edges use `vmaskmov` loads and stores; whole vectors plain ones
 //! (`vmaskmov` stores are slow on AMD cores).
 
+// The kernels take the tile's pointers, strides and sizes one by one, as the KernelFn /
+// WideFn / StreamFn signatures do.
+#![allow(clippy::too_many_arguments)]
+
 use std::arch::x86_64::*;
 
 pub const MR_F32: usize = 6;
