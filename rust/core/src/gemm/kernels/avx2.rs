@@ -193,7 +193,14 @@ macro_rules! avx2_impl {
                 ldc: usize,
                 accumulate: bool,
             ) {
-                strips::<2, { $MR }>(rows, cols, kc, a, b, ldb, c, ldc, accumulate)
+                if rows <= 3 {
+                    // Few rows (the last tile of a row block, T = 1 to 3): the whole panel per
+                    // pass, so that there are 4 to 12 accumulator chains rather than 2 to 6
+                    // (two FMA pipes of latency 4 need 8 to stay busy).
+                    strips::<4, { $MR }>(rows, cols, kc, a, b, ldb, c, ldc, accumulate)
+                } else {
+                    strips::<2, { $MR }>(rows, cols, kc, a, b, ldb, c, ldc, accumulate)
+                }
             }
 
             /// `G` consecutive vectors (from vector `v0`, vector v being columns v L .. v L + L
