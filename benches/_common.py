@@ -73,19 +73,21 @@ def stream_bytes() -> int:
 
 
 def _best_rate(fn, flops: float, samples: int = 9, min_time: float = 0.02) -> float:
+    """Best FLOP/s of a single-threaded ``fn`` over the samples, timed by the calling thread's
+    CPU time: time spent descheduled (other work on a shared machine) does not count."""
     inner = _calibrate(fn, min_time, 10000)
     best = 0.0
     for _ in range(samples):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         for _ in range(inner):
             fn()
-        best = max(best, flops * inner / (time.perf_counter() - t0))
+        best = max(best, flops * inner / max(time.thread_time() - t0, 1e-9))
     return best
 
 
 def measure_peak(dtype: str) -> Tuple[float, str]:
     """FLOP/s of one core: the best rate that gptcore (active kernel) or numpy's BLAS reaches on
-    a product that stays in the cache (96 x 256 x 256). It is a lower bound of the FMA peak of
+    a product that stays in the cache (96 x 256 x 256), one thread, in CPU time. It is a lower bound of the FMA peak of
     the instruction set in use (a good GEMM kernel reaches 85-95 % of it there)."""
     dt = np.dtype(dtype).type
     m, k, n = 96, 256, 256
