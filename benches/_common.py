@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmark scripts: imports, thread pinning, timing, machine numbers.
+"""Shared pieces of the benchmark scripts: imports, thread pinning, timing, machine numbers
+(measured at start, or given as options).
 
 Every script prints medians of several samples. Implementations under comparison are timed
 alternately inside one process (A, B, B, A, ...) so that slow phases of a shared machine hit
@@ -11,39 +12,167 @@ import math
 import os
 import platform
 import statistics
-import sys
+import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
+import numpy as np
+from threadpoolctl import ThreadpoolController, threadpool_info, threadpool_limits
 
-# Use the package of this checkout (python/gptcore with the built extension linked in) when it
-# is there; otherwise whatever `import gptcore` finds.
-if (ROOT / "python" / "gptcore").is_dir() and str(ROOT / "python") not in sys.path:
-    sys.path.insert(0, str(ROOT / "python"))
-
-import numpy as np  # noqa: E402
-from threadpoolctl import ThreadpoolController, threadpool_info  # noqa: E402
-
-import gptcore  # noqa: E402
+import gptcore  # the installed package (`pip install .`)
 
 # ---------------------------------------------------------------------------------------------
-# The machine's numbers (Zen 4, 2 cores). Peak: two 256-bit FMA pipes per core at ~3.66 GHz,
-# i.e. 32 f32 or 16 f64 FLOPs per cycle. Bandwidth: measured stream-read rates of this machine.
-PEAK_PER_CORE = {"float32": 117e9, "float64": 58e9}
-READ_BANDWIDTH = {1: 28e9, 2: 33e9}
-L3_BYTES = 32 << 20
-# Weight sets larger than this come from memory, not from the L3 (twice the L3 size).
-STREAM_BYTES = 64 << 20
+# The machine's numbers: measured at start (or given on the command line), never constants of
+# one machine.
+
+
+class Machine:
+    """FMA peak per core (FLOP/s, per dtype), read bandwidth (bytes/s, per thread count), the
+    L3 size, and a line per number saying where it came from."""
+
+    def __init__(self):
+        self.peak_per_core: Dict[str, float] = {}
+        self.read_bw: Dict[int, float] = {}
+        self.l3_bytes: int = 32 << 20
+        self.notes: List[str] = []
+
+
+MACHINE = Machine()
+
+
+def add_machine_args(ap) -> None:
+    """The options that replace a measured machine number by a given one."""
+    ap.add_argument("--peak-gflops", default=None,
+                    help="FMA peak per core in GFLOP/s, 'F32' or 'F32,F64' (default: measured; "
+                         "float64 defaults to half of float32 when only that is given)")
+    ap.add_argument("--bandwidth", default=None,
+                    help="read bandwidth in GB/s for 1, 2, ... threads, e.g. '14.5,24.5' (the last "
+                         "value serves larger counts; default: measured)")
+
+
+def l3_bytes() -> int:
+    """The last-level cache size from sysfs (32 MiB when it cannot be read)."""
+    best = 0
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for idx in base.glob("index*"):
+            size = (idx / "size").read_text().strip()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+            value = int(size.rstrip("KMG")) * mult
+            best = max(best, value)
+    except (OSError, ValueError):
+        pass
+    return best or (32 << 20)
+
+
+def stream_bytes() -> int:
+    """Bytes of distinct data that must be touched between two uses of the same weights so that
+    they come from memory, not from the last-level cache: twice its size (at least 64 MiB)."""
+    return max(64 << 20, 2 * MACHINE.l3_bytes)
+
+
+def _best_rate(fn, flops: float, samples: int = 9, min_time: float = 0.02) -> float:
+    """Best FLOP/s of a single-threaded ``fn`` over the samples, timed by the calling thread's
+    CPU time: time spent descheduled (other work on a shared machine) does not count."""
+    inner = _calibrate(fn, min_time, 10000)
+    best = 0.0
+    for _ in range(samples):
+        t0 = time.thread_time()
+        for _ in range(inner):
+            fn()
+        best = max(best, flops * inner / max(time.thread_time() - t0, 1e-9))
+    return best
+
+
+def measure_peak(dtype: str) -> Tuple[float, str]:
+    """FLOP/s of one core: the best rate that gptcore (active kernel) or numpy's BLAS reaches on
+    a product that stays in the cache (96 x 256 x 256), one thread, in CPU time. It is a lower bound of the FMA peak of
+    the instruction set in use (a good GEMM kernel reaches 85-95 % of it there)."""
+    dt = np.dtype(dtype).type
+    m, k, n = 96, 256, 256
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    packed = gptcore.PackedMatrix(b)
+    out = np.empty((m, n), dt)
+    flops = 2.0 * m * k * n
+    before = gptcore.get_num_threads()
+    gptcore.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            g = _best_rate(lambda: gptcore.matmul(a, packed), flops)
+            o = _best_rate(lambda: np.matmul(a, b, out=out), flops)
+    finally:
+        gptcore.set_num_threads(before)
+    who = "gptcore" if g >= o else "numpy"
+    return max(g, o), f"best of gptcore {g / 1e9:.1f} and numpy {o / 1e9:.1f} on an in-cache {m}x{k}x{n} ({who})"
+
+
+def measure_bandwidth(threads: int) -> float:
+    """Bytes/s that ``threads`` threads read from memory: each sums its own part of a float32
+    array twice the last-level cache (numpy's BLAS dot, one BLAS thread each, run from Python
+    threads; the GIL is released inside the call). Best of five passes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    total = max(256 << 20, 2 * MACHINE.l3_bytes)
+    n = total // 4 // threads
+    parts = [np.full(n, 1.0, np.float32) for _ in range(threads)]
+    best = 0.0
+    with threadpool_limits(1), ThreadPoolExecutor(threads) as pool:
+        for _ in range(5):
+            t0 = time.perf_counter()
+            list(pool.map(lambda x: float(np.dot(x, x)), parts))
+            best = max(best, n * 4 * threads / (time.perf_counter() - t0))
+    del parts
+    return best
+
+
+def setup_machine(args, threads_list: Sequence[int], dtypes: Sequence[str] = ("float32",),
+                  need_bandwidth: bool = True) -> None:
+    """Fill MACHINE from the options, measuring what was not given."""
+    MACHINE.l3_bytes = l3_bytes()
+    MACHINE.notes = [f"- last-level cache {MACHINE.l3_bytes >> 20} MiB (sysfs); weights rotated over "
+                     f"{stream_bytes() >> 20} MiB come from memory"]
+    given = [float(v) for v in (args.peak_gflops or "").split(",") if v.strip()]
+    if given:
+        MACHINE.peak_per_core = {"float32": given[0] * 1e9,
+                                 "float64": (given[1] if len(given) > 1 else given[0] / 2) * 1e9}
+        MACHINE.notes.append(
+            f"- peak per core (given): {MACHINE.peak_per_core['float32'] / 1e9:.1f} GFLOP/s float32, "
+            f"{MACHINE.peak_per_core['float64'] / 1e9:.1f} float64; times the thread count")
+    else:
+        for d in dtypes:
+            rate, how = measure_peak(d)
+            MACHINE.peak_per_core[d] = rate
+            MACHINE.notes.append(f"- peak per core {d} (measured): {rate / 1e9:.1f} GFLOP/s, {how}; "
+                                 f"times the thread count; --peak-gflops gives the nominal peak")
+    bws = [float(v) for v in (args.bandwidth or "").split(",") if v.strip()]
+    if bws:
+        MACHINE.read_bw = {i + 1: v * 1e9 for i, v in enumerate(bws)}
+        MACHINE.notes.append("- read bandwidth (given): " + ", ".join(
+            f"{t} thr {v / 1e9:.1f} GB/s" for t, v in MACHINE.read_bw.items()))
+    elif need_bandwidth:
+        for t in sorted(set(threads_list)):
+            MACHINE.read_bw[t] = measure_bandwidth(t)
+        MACHINE.notes.append("- read bandwidth (measured, numpy dot over per-thread arrays): " + ", ".join(
+            f"{t} thr {v / 1e9:.1f} GB/s" for t, v in sorted(MACHINE.read_bw.items())))
 
 
 def peak_flops(dtype: str, threads: int) -> float:
-    return PEAK_PER_CORE[dtype] * threads
+    if dtype not in MACHINE.peak_per_core:
+        MACHINE.peak_per_core[dtype], _ = measure_peak(dtype)
+    return MACHINE.peak_per_core[dtype] * threads
 
 
 def bandwidth(threads: int) -> float:
-    return READ_BANDWIDTH.get(threads, READ_BANDWIDTH[max(READ_BANDWIDTH)])
+    """Read bandwidth of ``threads`` threads: the measured or given value for the largest
+    thread count not above it (measured now when nothing is known)."""
+    if not MACHINE.read_bw:
+        MACHINE.read_bw[threads] = measure_bandwidth(threads)
+    known = sorted(MACHINE.read_bw)
+    below = [t for t in known if t <= threads]
+    return MACHINE.read_bw[below[-1] if below else known[0]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,38 +208,72 @@ def parse_str_list(text: str) -> List[str]:
 # Reports
 
 
-def environment_report(extra: Sequence[str] = ()) -> str:
-    """A few lines naming the CPU, the libraries, the BLAS kernels and suspicious settings."""
-    lines = []
-    cpu = "unknown CPU"
-    flags = set()
+def cpu_model() -> str:
+    """The CPU's name from /proc/cpuinfo ('model name', or on arm64 the implementer and part),
+    else from lscpu, else platform.processor()."""
+    fields = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name") and cpu == "unknown CPU":
-                    cpu = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
+                if ":" in line:
+                    key, value = (x.strip() for x in line.split(":", 1))
+                    fields.setdefault(key, value)
     except OSError:
         pass
-    isa = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags]
-    lines.append(f"- CPU: {cpu}, {os.cpu_count()} logical cores, {' '.join(isa) or 'no AVX flags seen'}")
+    if fields.get("model name"):
+        return fields["model name"]
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    if "CPU part" in fields:
+        return f"implementer {fields.get('CPU implementer', '?')} part {fields['CPU part']}"
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_flags() -> List[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    have = set(line.split(":", 1)[1].split())
+                    return [x for x in ("avx2", "fma", "avx512f", "asimd", "sve") if x in have]
+    except OSError:
+        pass
+    return []
+
+
+def environment_report(extra: Sequence[str] = ()) -> str:
+    """Lines naming the CPU, the libraries, the kernels in use (gptcore's and numpy's BLAS),
+    the machine numbers and settings that change what runs."""
+    lines = []
+    lines.append(f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores, "
+                 f"{' '.join(cpu_flags()) or 'no SIMD flags seen'}")
     lines.append(
         f"- Python {platform.python_version()}, numpy {np.__version__}, gptcore {gptcore.__version__} "
-        f"({Path(gptcore.__file__).parent}), kernel {gptcore.kernel()} of {gptcore.available_kernels()}"
+        f"({Path(gptcore.__file__).parent})"
     )
+    lines.append(f"- gptcore kernel in use: {gptcore.kernel()} (this CPU has {', '.join(gptcore.available_kernels())})")
     for info in threadpool_info():
         arch = info.get("architecture") or info.get("corename") or "-"
         lines.append(
-            f"- threadpoolctl: {info.get('internal_api')} {info.get('version') or ''} "
-            f"core type/kernel {arch}, threading {info.get('threading_layer', '-')}, "
+            f"- numpy's BLAS (threadpoolctl): {info.get('internal_api')} {info.get('version') or ''}, "
+            f"kernel/core type {arch}, threading {info.get('threading_layer', '-')}, "
             f"{Path(info.get('filepath', '')).name}"
         )
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                 "MKL_NUM_THREADS", "GPTCORE_NUM_THREADS", "GPTCORE_KERNEL"):
         if var in os.environ:
-            warn = " (unset it: run with env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)" if var.startswith("OPENBLAS_C") or var.startswith("OPENBLAS_L2") else ""
-            lines.append(f"- WARNING: {var}={os.environ[var]} is set{warn}")
+            why = {
+                "OPENBLAS_CORETYPE": " (OpenBLAS runs that core type's kernels, not the best for this CPU: "
+                                     "fair only against the gptcore kernel of the same instruction set)",
+                "OPENBLAS_L2_SIZE": " (changes OpenBLAS's blocking)",
+            }.get(var, "")
+            lines.append(f"- NOTE: {var}={os.environ[var]} is set{why}")
+    lines.extend(MACHINE.notes)
     load = load_average()
     if load is not None:
         busy = " (WARNING: the machine is busy; multi-threaded numbers will be unreliable)" if load > 0.5 else ""
@@ -248,7 +411,3 @@ def import_torch():
     except Exception as exc:  # ImportError, or a broken CUDA-flavoured install
         return None, f"{type(exc).__name__}: {exc}".splitlines()[0]
     return (torch, transformers), None
-
-
-def has_model() -> bool:
-    return hasattr(gptcore, "Model")

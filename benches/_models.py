@@ -3,7 +3,6 @@ cost accounting (FLOPs, bytes) that the forward and generation benchmarks compar
 
 from __future__ import annotations
 
-import math
 from typing import Dict, Optional, Tuple
 
 from _common import bandwidth, gptcore, np, peak_flops
@@ -12,69 +11,17 @@ Weights = Dict[str, np.ndarray]
 
 
 def gpt2_config(name: str = "gpt2"):
-    cls = getattr(gptcore, "GPTConfig", None)
-    if cls is None:  # builds that do not export it at the top level yet
-        from gptcore.config import GPTConfig as cls
-    return cls.preset(name)
-
-
-def _numpy_init(config, seed: int) -> Weights:
-    """GPT-2's initialisation written out with numpy: N(0, 0.02) for embeddings and
-    projections, N(0, 0.02 / sqrt(2 n_layers)) for the two residual projections (c_proj),
-    zero biases, unit LayerNorm gains. Float32, Hugging Face names."""
-    rng = np.random.default_rng(seed)
-    d, f, L = config.d_model, config.d_ff, config.n_layers
-
-    def normal(shape, std):
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32, copy=False)
-
-    proj_std = 0.02 / math.sqrt(2 * L)
-    w: Weights = {"wte.weight": normal((config.vocab_size, d), 0.02)}
-    if config.pos == "learned":
-        w["wpe.weight"] = normal((config.n_ctx, d), 0.02)
-    for i in range(L):
-        p = f"h.{i}."
-        if config.ln_affine:
-            w[p + "ln_1.weight"] = np.ones(d, np.float32)
-            w[p + "ln_1.bias"] = np.zeros(d, np.float32)
-            w[p + "ln_2.weight"] = np.ones(d, np.float32)
-            w[p + "ln_2.bias"] = np.zeros(d, np.float32)
-        w[p + "attn.c_attn.weight"] = normal((d, 3 * d), 0.02)
-        w[p + "attn.c_proj.weight"] = normal((d, d), proj_std)
-        if config.attn_bias:
-            w[p + "attn.c_attn.bias"] = np.zeros(3 * d, np.float32)
-            w[p + "attn.c_proj.bias"] = np.zeros(d, np.float32)
-        w[p + "mlp.c_fc.weight"] = normal((d, f), 0.02)
-        w[p + "mlp.c_proj.weight"] = normal((f, d), proj_std)
-        if config.bias:
-            w[p + "mlp.c_fc.bias"] = np.zeros(f, np.float32)
-            w[p + "mlp.c_proj.bias"] = np.zeros(d, np.float32)
-    if config.ln_affine:
-        w["ln_f.weight"] = np.ones(d, np.float32)
-        w["ln_f.bias"] = np.zeros(d, np.float32)
-    if not config.tied:
-        w["lm_head.weight"] = normal((config.vocab_size, d), 0.02)
-    return w
+    return gptcore.GPTConfig.preset(name)
 
 
 def random_weights(config, seed: int = 0, perturb: bool = True) -> Tuple[Weights, str]:
-    """Float32 weights from gptcore.init_weights when the package has it, else from the numpy
-    fallback above. ``perturb`` adds small random values to every bias and LayerNorm parameter
-    (GPT-2's init leaves them at 0 and 1), so that the agreement checks exercise them too.
-    Returns (weights, where they came from)."""
-    source = "numpy fallback init"
-    weights: Optional[Weights] = None
-    init = getattr(gptcore, "init_weights", None)
-    if init is not None:
-        try:
-            weights = init(config, seed, "gpt2", dtype="float32")
-            source = "gptcore.init_weights(scheme='gpt2', dtype='float32')"
-        except TypeError:
-            weights = init(config, seed, "gpt2")
-            source = "gptcore.init_weights(scheme='gpt2') cast to float32"
-        weights = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
-    if weights is None:
-        weights = _numpy_init(config, seed)
+    """Float32 weights from gptcore.init_weights (GPT-2's initialisation). ``perturb`` adds
+    small random values to every bias and LayerNorm parameter (GPT-2's init leaves them at 0
+    and 1), so that the agreement checks exercise them too. Returns (weights, where they came
+    from)."""
+    weights = gptcore.init_weights(config, seed, "gpt2", dtype="float32")
+    weights = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
+    source = "gptcore.init_weights(scheme='gpt2', dtype='float32')"
     if perturb:
         rng = np.random.default_rng(seed + 1)
         for k, v in list(weights.items()):

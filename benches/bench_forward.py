@@ -10,7 +10,8 @@ floor = max(FLOPs / peak, weight bytes / read bandwidth), with
   the second term is causal attention: Q K^T and P V, 2 * d_head FLOPs per (query, key) pair
   per head, T (T + 1) / 2 pairs. LayerNorm, GELU, softmax and adds are not counted.
   weight bytes = every float32 array except wpe (the tied wte counted once)
-  peak = 117 GFLOP/s per core; read bandwidth 28 GB/s (1 thread), 33 GB/s (2 threads).
+  peak = the float32 FMA peak per core times the threads, read bandwidth at that thread
+  count: both measured at start (see _common.py) or given with --peak-gflops / --bandwidth.
 
 Before timing, the numpy forward is checked against torch (and gptcore against numpy when
 gptcore.Model exists): max |logit difference| must stay below 1e-3.
@@ -21,8 +22,8 @@ one forward and reads VmHWM. "fwd growth" is the peak RSS above the RSS just bef
 "build+fwd" is the peak above the RSS before the model was built (gptcore pre-packs a copy of
 the weights, transformers copies them into its parameters; numpy builds nothing).
 
-Run:  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /work/benchenv/bin/python benches/bench_forward.py
-      (python3 works too: the torch columns are then skipped)
+Run:  python3 benches/bench_forward.py        (after `pip install .`; the torch columns need
+      torch and transformers installed, and are skipped with a note otherwise)
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import sys
 import time
 
 from _common import (
+    add_machine_args,
+    setup_machine,
     SETTLE_THREADED,
     closing_line,
     compare,
@@ -43,7 +46,6 @@ from _common import (
     fmt,
     fmt_bytes,
     gptcore,
-    has_model,
     import_torch,
     markdown_table,
     np,
@@ -214,6 +216,7 @@ def main():
     ap.add_argument("--no-rss", action="store_true", help="skip the peak-memory subprocesses")
     ap.add_argument("--check-only", action="store_true", help="run the agreement checks and stop")
     ap.add_argument("--seed", type=int, default=0)
+    add_machine_args(ap)
     ap.add_argument("--rss-child", nargs=4, metavar=("IMPL", "B", "T", "THREADS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -244,10 +247,7 @@ def main():
                  f"{weight_bytes_read(weights) / 1e6:.0f} MB read per forward")
     model = hf = None
     if "gptcore" in impls:
-        if has_model():
-            model = gptcore.Model(weights)
-        else:
-            notes.append("- gptcore.Model is not in this build: gptcore columns skipped")
+        model = gptcore.Model(weights)
     if torch is not None:
         hf = hf_model(weights, config, torch, transformers)
         notes.append(f"- transformers attention: {hf.config._attn_implementation}")
@@ -255,6 +255,7 @@ def main():
     runners = make_runners(impls, weights, config, model, hf, torch)
 
     print("# GPT-2 small forward latency (float32, logits for all positions)\n")
+    setup_machine(args, threads_list)
     print(environment_report(notes))
     set_threads(max(threads_list), torch)
     for line in sanity_check(runners, config, args.seed):

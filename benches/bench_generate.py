@@ -9,8 +9,8 @@ tokens/s = B * 128 / wall time of the whole call (prompt included).
 
 Bounds:
 - "BW bound": every decode step must read all weights once, so at most
-  B * read bandwidth / weight bytes tokens/s (28 GB/s on 1 thread, 33 GB/s on 2; weight
-  bytes = every float32 array except wpe, ~495 MB).
+  B * read bandwidth / weight bytes tokens/s (bandwidth measured at start or given with
+  --bandwidth; weight bytes = every float32 array except wpe, ~495 MB).
 - "floor": the prompt's forward floor plus, for each of the 127 decode steps,
   max(FLOPs / peak, (weight bytes + K/V cache bytes read) / bandwidth), where a step over a
   cache of c positions reads 2 * n_layers * B * c * d * 4 bytes of K/V and costs
@@ -25,7 +25,8 @@ tokens/s, the ratio to gptcore float32, their share of the bandwidth bound for 2
 how many leading tokens agree with float32, then a prefill table (forward over 1 x 128 tokens,
 alternating) and the models' resident weight bytes.
 
-Run:  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /work/benchenv/bin/python benches/bench_generate.py
+Run:  python3 benches/bench_generate.py       (after `pip install .`; the transformers columns
+      need torch and transformers installed, and are skipped with a note otherwise)
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import argparse
 import time
 
 from _common import (
+    add_machine_args,
+    setup_machine,
     SETTLE_THREADED,
     closing_line,
     bandwidth,
@@ -41,7 +44,6 @@ from _common import (
     environment_report,
     fmt,
     fmt_bytes,
-    has_model,
     import_torch,
     markdown_table,
     np,
@@ -101,6 +103,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--weight-dtype", default=None,
                     help="comma list of 16-bit weight storages (bfloat16,float16) to time against gptcore float32")
+    add_machine_args(ap)
     args = ap.parse_args()
     half_dtypes = [s.strip() for s in args.weight_dtype.split(",")] if args.weight_dtype else []
 
@@ -122,15 +125,14 @@ def main():
     weights, source = random_weights(config, args.seed)
     wbytes = weight_bytes_read(weights)
     notes.append(f"- weights: GPT-2 small, {source}; {wbytes / 1e6:.0f} MB read per decode step")
-    model = gptcore.Model(weights) if has_model() else None
-    if model is None:
-        notes.append("- gptcore.Model is not in this build: gptcore columns skipped")
+    model = gptcore.Model(weights)
     half_models = {wd: gptcore.Model(weights, weight_dtype=wd) for wd in half_dtypes}
     half_rows = []
     hf = hf_model(weights, config, torch, transformers) if torch is not None else None
     pad = config.vocab_size - 1
 
     print(f"# GPT-2 small greedy generation: prompt {PROMPT}, {NEW} new tokens (float32)\n")
+    setup_machine(args, threads_list)
     print(environment_report(notes))
     print(f"- {reps} samples each, median; tokens/s = B * {NEW} / time per call; speed = gptcore tok/s / "
           f"transformers tok/s; noise = (max - min) / median, worst side\n")

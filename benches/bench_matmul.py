@@ -5,11 +5,16 @@ small block and the LM head, T in {1, 8, 64, 256, 1024}, plus a square 2048 prod
 right-hand side is a pre-built gptcore.PackedMatrix (the weights case); one shape is also timed
 with a plain ndarray right-hand side ("unpacked", packing included in every call).
 
-For T = 1 and 8 the products rotate through enough distinct weight matrices (more than
-64 MiB in all, twice the 32 MiB L3) that the weights come from memory, as they do in a real
-decode step; the table then also shows the achieved read bandwidth.
+For T = 1 and 8 the products rotate through enough distinct weight matrices (more than twice
+the last-level cache in all) that the weights come from memory, as they do in a real decode
+step; the table then also shows the achieved read bandwidth.
 
-Run:  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 benches/bench_matmul.py [--quick]
+The FMA peak per core and the read bandwidth are measured at start (see _common.py) or given
+with --peak-gflops / --bandwidth.
+
+Run:  python3 benches/bench_matmul.py [--quick]          (after `pip install .`)
+      GPTCORE_KERNEL=avx2 OPENBLAS_CORETYPE=Haswell python3 benches/bench_matmul.py
+          (the AVX2 paths of both libraries on a CPU that has AVX-512)
 """
 
 from __future__ import annotations
@@ -20,9 +25,9 @@ import time
 
 from _common import (
     SETTLE_THREADED,
-    closing_line,
-    STREAM_BYTES,
+    add_machine_args,
     bandwidth,
+    closing_line,
     compare,
     environment_report,
     fmt,
@@ -33,6 +38,8 @@ from _common import (
     parse_str_list,
     peak_flops,
     set_threads,
+    setup_machine,
+    stream_bytes,
 )
 
 D = 768
@@ -65,7 +72,7 @@ def run_case(rng, m, k, n, dtype, threads, reps, min_time, settle, unpacked):
     """Returns a list of table rows for one (shape, dtype, threads)."""
     itemsize = np.dtype(dtype).itemsize
     wbytes = k * n * itemsize
-    count = max(1, math.ceil((STREAM_BYTES + 1) / wbytes)) if m <= STREAM_T else 1
+    count = max(1, math.ceil((stream_bytes() + 1) / wbytes)) if m <= STREAM_T else 1
     mats = make_weights(rng, k, n, dtype, count)
     packed = [gptcore.PackedMatrix(w) for w in mats]
     a = (rng.standard_normal((m, k)) * 0.5).astype(dtype)
@@ -124,6 +131,7 @@ def main():
                     help="seconds to sleep between implementations when threads > 1 (default 0.25): "
                          "lets OpenBLAS's spinning workers go idle before gptcore runs")
     ap.add_argument("--seed", type=int, default=0)
+    add_machine_args(ap)
     args = ap.parse_args()
 
     dtypes = [np.dtype(d).type for d in parse_str_list(args.dtype)]
@@ -138,10 +146,12 @@ def main():
     square = not (args.no_square or args.quick)
     rng = np.random.default_rng(args.seed)
 
+    setup_machine(args, threads_list, [np.dtype(d).name for d in dtypes],
+                  need_bandwidth=min(t_values) <= STREAM_T)
     print("# gptcore.matmul vs numpy @\n")
     print(environment_report())
     print(f"- reps {reps} (median), min sample {min_time * 1e3:.0f} ms, weights rotated for T <= {STREAM_T} "
-          f"(> {STREAM_BYTES >> 20} MiB distinct); peak = 117 GFLOP/s f32, 58 f64 per core x threads; "
+          f"(> {stream_bytes() >> 20} MiB distinct); %peak = against the peak per core above x threads; "
           f"noise = (max - min) / median of the samples, worse of the two sides")
     print()
     headers = ["dtype", "thr", "MxKxN", "b", "gptcore GF/s", "numpy GF/s", "gptcore/numpy",
@@ -163,9 +173,9 @@ def main():
     print()
     print(markdown_table(headers, rows))
     print("\n" + closing_line(t_start) + ".")
-    print(f"Read BW: weight bytes per call / time "
-          f"(T <= {STREAM_T} only; the machine reads ~{bandwidth(1) / 1e9:.0f} GB/s on 1 thread, "
-          f"~{bandwidth(2) / 1e9:.0f} GB/s on 2).")
+    if min(t_values) <= STREAM_T:
+        print(f"Read BW: weight bytes per call / time (T <= {STREAM_T} only; the machine reads "
+              + ", ".join(f"~{bandwidth(t) / 1e9:.1f} GB/s on {t} thread(s)" for t in threads_list) + ").")
 
 
 if __name__ == "__main__":
