@@ -215,7 +215,7 @@ def test_arguments_are_checked(client, model_dir, tmp_path):
         gd.score([np.arange(5)], model_dir, context=8, stride=8)
     with pytest.raises(TypeError, match="weight_dtype"):
         gd.score([np.arange(5)], model_dir, weight_dtype=np.float16)
-    with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64'"):
+    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'float64'"):
         gd.score([np.arange(5)], model_dir, dtype="float16")
     with pytest.raises(TimeoutError, match="not done after"):
         gd.score(_docs(12, [64] * 40), model_dir, client=client, batch_tokens=64, timeout=0.001)
