@@ -63,8 +63,9 @@ def to_half_bits(x: Any, dtype: Any = "bfloat16") -> np.ndarray:
     """The ``uint16`` bit patterns of ``x`` (converted to float32 first) rounded to ``dtype``
     (``"bfloat16"`` or ``"float16"``; round to nearest even), same shape.
 
-    >>> to_half_bits([1.0, -2.0, 1 + 2**-8], "bfloat16")
-    array([16256, 49152, 16256], dtype=uint16)
+    Examples:
+        >>> to_half_bits([1.0, -2.0, 1 + 2**-8], "bfloat16")
+        array([16256, 49152, 16256], dtype=uint16)
     """
     return _native._to_half_bits(_float32("to_half_bits", x), half_dtype_name("to_half_bits: dtype", dtype))
 
@@ -88,8 +89,9 @@ def round_weights(x: Any, dtype: Any = "bfloat16") -> Any:
     pass a model's weights to get the float32 model that the 16-bit model equals; biases and
     LayerNorm parameters, which a 16-bit model keeps in float32, are then left as they are).
 
-    >>> round_weights(np.array([1 + 2**-8, 65519.0, 65520.0], np.float32), "float16")
-    array([    1., 65504.,    inf], dtype=float32)
+    Examples:
+        >>> round_weights(np.array([1 + 2**-12, 1 + 2**-10, 65519.0, 65520.0], np.float32), "float16").tolist()
+        [1.0, 1.0009765625, 65504.0, inf]
     """
     name = half_dtype_name("round_weights: dtype", dtype)
     if isinstance(x, dict):
