@@ -61,13 +61,14 @@ phase() { # phase NAME: ends the current phase (printing its time) and starts NA
 
 # binfmt_misc: cleaned up on every exit -------------------------------------------------
 BINFMT=/proc/sys/fs/binfmt_misc
-ENTRY=gptcore-aarch64
+ENTRY=gptcore-aarch64-$$ # one per run: concurrent runs do not remove each other's
 MOUNTED_BINFMT=0
 REGISTERED=0
 cleanup() {
   local rc=$?
   if ((REGISTERED)) && [ -e "$BINFMT/$ENTRY" ]; then echo -1 >"$BINFMT/$ENTRY" || true; fi
-  if ((MOUNTED_BINFMT)); then umount "$BINFMT" || true; fi
+  # binfmt_misc is unmounted if this script mounted it and no other entry needs it now.
+  if ((MOUNTED_BINFMT)) && [ -z "$(ls "$BINFMT" | grep -vx -e register -e status)" ]; then umount "$BINFMT" || true; fi
   if ((rc)); then echo "[arm64] FAILED in phase '${PHASE:-?}' (exit $rc) after $((SECONDS - T0)) s" >&2; fi
   exit $rc
 }
