@@ -32,7 +32,8 @@ printf '#!/bin/sh\nexec "%s" -m ziglang "$@"\n' "$tools/bin/python" >"$tools/zig
 chmod +x "$tools/zig-bin/zig"
 rustup target list --installed | grep -qx "$target" || rustup target add "$target"
 
-rm -rf "$out"
+mkdir -p "$out"
+rm -f "$out"/gptcore-*-abi3-*"$arch".whl # an earlier build of this one; nothing else
 # A target directory of its own: cargo passes the linker to every crate it compiles, so builds
 # linked by zig and by gcc in one directory would rebuild everything each time they alternate.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}/zig
