@@ -98,12 +98,16 @@ mkdir -p "$CACHE"
 
 # 2. rust -------------------------------------------------------------------------------
 phase rust
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+# gcc links the test executable, qemu-aarch64 runs it (only here: the wheel is linked by zig).
+cargo_arm64() {
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+    cargo "$@"
+}
 if [ "${ARM64_RUST:-1}" = 0 ]; then
   echo "[arm64] skipped (ARM64_RUST=0)"
 else
-  cargo test -p gptcore-core --release --target "$TARGET"
+  cargo_arm64 test -p gptcore-core --release --target "$TARGET"
 fi
 
 # 3. wheel ------------------------------------------------------------------------------
@@ -228,7 +232,7 @@ in_root "${ARM64_PYTEST_TIMEOUT:-1500}" /bin/sh -c 'cd /src && exec "$0" -m pyte
 # The instruction mix of the NEON tile kernels' inner loops (a report, not a test), read from
 # the Rust test executable: release code generation, symbol names kept (the wheel's are not).
 phase neon-mix
-TESTBIN=$(cargo test -p gptcore-core --release --target "$TARGET" --no-run --message-format=json 2>/dev/null |
+TESTBIN=$(cargo_arm64 test -p gptcore-core --release --target "$TARGET" --no-run --message-format=json 2>/dev/null |
   "$TOOLS/bin/python" -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)

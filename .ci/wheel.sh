@@ -37,6 +37,8 @@ rm -f "$out"/gptcore-*-abi3-*"$arch".whl # an earlier build of this one; nothing
 # A target directory of its own: cargo passes the linker to every crate it compiles, so builds
 # linked by zig and by gcc in one directory would rebuild everything each time they alternate.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}/zig
+# maturin sets zig as the linker; a linker named in the environment would win over it.
+unset CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER
 PATH="$tools/zig-bin:$tools/bin:$PATH" maturin build --release --quiet --target "$target" \
   --zig --compatibility manylinux2014 --out "$out" >&2
 wheel=$(ls "$out"/gptcore-*-abi3-*"$arch".whl)
