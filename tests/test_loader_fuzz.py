@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gptcore
+from emulation import skip_if_emulated
 
 FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
 sys.path.insert(0, str(FUZZ))
@@ -241,6 +242,9 @@ def _isolated_load(tmp_path: Path, setup: str, call: str, limit: float = 20.0, m
     seconds and ``max_rss_mb`` of memory (a hang or a memory blow-up fails the test instead of
     the test run). This guards against unbounded work, not speed: a normal load of these
     small files takes milliseconds, the bugs it catches took minutes or forever."""
+    # Under emulation the child's resident set counts the forking parent's (pytest's, through
+    # the emulator) and loads take far longer: the limits would measure the emulator.
+    skip_if_emulated(f"a load must finish within {limit} s and {max_rss_mb} MB of resident memory")
     root = str(Path(gptcore.__file__).resolve().parent.parent)
     code = textwrap.dedent(f"""
         import json, resource, sys, time

@@ -117,6 +117,16 @@ impl Team {
         self.jobs += 1;
         s.job_word
             .store((self.jobs << ACTIVE_BITS) | active as u64, Ordering::SeqCst);
+        // The wake-up handshake is a store-buffering pattern: here the job word is stored and
+        // then each worker's `sleeping` flag is loaded; a worker going to sleep stores its flag
+        // and then loads the job word (see `worker`). Sequential consistency forbids both loads
+        // seeing the old values (the caller skipping the unpark while the worker parks on a job
+        // it never saw). The SeqCst store and load alone promise that, but an emulator may
+        // translate them into instructions that do not keep the store before the later load
+        // (QEMU's user mode on an x86-64 host lets an aarch64 STLR pass a later LDAR), and a
+        // lost wake-up hangs the loop. An explicit full fence between the store and the load
+        // on both sides keeps the order there too; natively it costs one barrier per job.
+        std::sync::atomic::fence(Ordering::SeqCst);
         for tid in 1..active {
             if s.sleeping[tid].load(Ordering::SeqCst) {
                 self.workers[tid - 1].thread().unpark();
@@ -165,6 +175,10 @@ fn worker(s: Arc<Shared>, tid: usize) {
             spins = spins.wrapping_add(1);
             if spins % 64 == 0 && since.get_or_insert_with(Instant::now).elapsed() > SPIN {
                 s.sleeping[tid].store(true, Ordering::SeqCst);
+                // The other half of the handshake in `Team::run`: the flag must be visible
+                // before the job word (and `shutdown`) are read, or this worker could park on a
+                // job whose caller saw it awake and did not unpark it. See the fence there.
+                std::sync::atomic::fence(Ordering::SeqCst);
                 if s.job_word.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::SeqCst) {
                     std::thread::park();
                 }
