@@ -41,3 +41,31 @@ def dtype_name(fn: str, dtype: Any, allowed: Sequence[str] = COMPUTE_DTYPES, *, 
     if name not in allowed:
         raise ValueError(f"{fn}: {arg} must be one of {accepted}, got {name!r}")
     return name
+
+
+def token_ids(what: str, ids: Any) -> np.ndarray:
+    """``ids`` as a numpy array of an integer dtype (any shape), or a ``TypeError`` naming
+    ``what``. An empty float list (``[]``) counts as integer."""
+    if isinstance(ids, np.ndarray):
+        arr = ids
+    else:
+        arr = np.asarray(ids)
+        if arr.dtype == object:
+            raise TypeError(f"{what} must be integer token ids, got an object array")
+        if arr.size == 0 and arr.dtype.kind == "f":
+            arr = arr.astype(np.int64)
+    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} must be an integer array of token ids, got dtype {arr.dtype}")
+    return arr
+
+
+def check_token_range(what: str, arr: np.ndarray, vocab_size: int, *, position: bool = False) -> None:
+    """A ``ValueError`` naming ``what`` and the first bad id (and, with ``position``, where it
+    is in a 1-D ``arr``) unless every id is in ``[0, vocab_size)``."""
+    if arr.size == 0:
+        return
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi >= vocab_size:
+        bad = lo if lo < 0 else hi
+        at = f" at position {int(np.flatnonzero(arr == bad)[0])}" if position else ""
+        raise ValueError(f"{what}: token id {bad}{at} is out of range [0, {vocab_size})")

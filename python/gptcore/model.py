@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _native
 from ._memory import check_alloc
-from ._checks import dtype_name
+from ._checks import check_token_range, dtype_name, token_ids
 from .config import GPTConfig
 from .half import half_dtype_name, open_lazy, save_half
 from .weights import infer_config, load_safetensors, save_safetensors, validate
@@ -44,16 +44,7 @@ def _weight_dtype(weight_dtype: Any, dtype_name: str) -> Optional[str]:
 
 def _check_ids(ids: Any, config: GPTConfig, what: str = "ids") -> Tuple[np.ndarray, bool]:
     """Return ids as a C-contiguous int64 (B, T) array and whether the input was 1-D."""
-    if isinstance(ids, np.ndarray):
-        arr = ids
-    else:
-        arr = np.asarray(ids)
-        if arr.dtype == object:
-            raise TypeError(f"{what} must be integer token ids, got an object array")
-        if arr.size == 0 and arr.dtype.kind == "f":
-            arr = arr.astype(np.int64)
-    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
-        raise TypeError(f"{what} must be an integer array of token ids, got dtype {arr.dtype}")
+    arr = token_ids(what, ids)
     if arr.ndim not in (1, 2):
         raise ValueError(f"{what} must have shape (T,) or (B, T), got shape {arr.shape}")
     one_d = arr.ndim == 1
@@ -61,10 +52,7 @@ def _check_ids(ids: Any, config: GPTConfig, what: str = "ids") -> Tuple[np.ndarr
     b, t = arr2.shape
     if b == 0 or t == 0:
         raise ValueError(f"{what} must hold at least one token per sequence, got shape {arr.shape}")
-    lo, hi = int(arr2.min()), int(arr2.max())
-    if lo < 0 or hi >= config.vocab_size:
-        bad = lo if lo < 0 else hi
-        raise ValueError(f"{what}: token id {bad} is out of range [0, {config.vocab_size})")
+    check_token_range(what, arr2, config.vocab_size)
     return np.ascontiguousarray(arr2, dtype=np.int64), one_d
 
 

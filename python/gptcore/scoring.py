@@ -37,6 +37,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ._checks import check_token_range, token_ids
+
 __all__ = ["ScoreResult", "Window", "check_document", "resolve_window", "score_ids", "score_many", "sliding_windows"]
 
 Window = Tuple[int, int, int]
@@ -132,21 +134,10 @@ def resolve_window(model: Any, context: Optional[int] = None, stride: Optional[i
 
 def check_document(ids: Any, vocab_size: int, what: str = "ids") -> np.ndarray:
     """``ids`` as a 1-D int64 array of token ids in ``[0, vocab_size)``, or a clear error."""
-    arr = np.asarray(ids)
-    if arr.dtype == object:
-        raise TypeError(f"{what} must be integer token ids, got an object array")
-    if arr.size == 0 and arr.dtype.kind == "f":
-        arr = arr.astype(np.int64)
-    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
-        raise TypeError(f"{what} must be an integer array of token ids, got dtype {arr.dtype}")
+    arr = token_ids(what, ids)
     if arr.ndim != 1:
         raise ValueError(f"{what} must be a 1-D array of token ids, got shape {arr.shape}")
-    if arr.size:
-        lo, hi = int(arr.min()), int(arr.max())
-        if lo < 0 or hi >= vocab_size:
-            bad = lo if lo < 0 else hi
-            pos = int(np.flatnonzero(arr == bad)[0])
-            raise ValueError(f"{what}: token id {bad} at position {pos} is out of range [0, {vocab_size})")
+    check_token_range(what, arr, vocab_size, position=True)
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 

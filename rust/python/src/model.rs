@@ -126,15 +126,14 @@ pub fn tensor_schema(
         .collect())
 }
 
-fn build<T: Float + numpy::Element>(
-    py: Python<'_>,
-    cfg: Config,
-    weights: &Bound<'_, PyDict>,
-) -> PyResult<Model<T>> {
-    let mut arrays: Vec<(String, PyReadonlyArrayDyn<'_, T>)> = Vec::new();
+/// The weights dict's arrays of dtype T (C-contiguous), borrowed for the build.
+fn weight_arrays<'py, T: numpy::Element + gptcore_core::Element>(
+    weights: &Bound<'py, PyDict>,
+) -> PyResult<Vec<(String, PyReadonlyArrayDyn<'py, T>)>> {
+    let mut arrays = Vec::new();
     for (k, v) in weights.iter() {
         let name: String = k.extract()?;
-        let arr = v.extract::<PyReadonlyArrayDyn<'_, T>>().map_err(|_| {
+        let arr = v.extract::<PyReadonlyArrayDyn<'py, T>>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "weights[{name:?}] must be a numpy array of dtype {}",
                 T::NAME
@@ -147,8 +146,15 @@ fn build<T: Float + numpy::Element>(
         }
         arrays.push((name, arr));
     }
-    let mut map: HashMap<String, Tensor<'_, T>> = HashMap::new();
-    for (name, arr) in &arrays {
+    Ok(arrays)
+}
+
+/// The arrays as the core's named tensors.
+fn tensor_map<'a, T: numpy::Element>(
+    arrays: &'a [(String, PyReadonlyArrayDyn<'_, T>)],
+) -> PyResult<HashMap<String, Tensor<'a, T>>> {
+    let mut map = HashMap::new();
+    for (name, arr) in arrays {
         map.insert(
             name.clone(),
             Tensor {
@@ -157,6 +163,16 @@ fn build<T: Float + numpy::Element>(
             },
         );
     }
+    Ok(map)
+}
+
+fn build<T: Float + numpy::Element>(
+    py: Python<'_>,
+    cfg: Config,
+    weights: &Bound<'_, PyDict>,
+) -> PyResult<Model<T>> {
+    let arrays = weight_arrays::<T>(weights)?;
+    let map = tensor_map(&arrays)?;
     detach(py, || Model::new(cfg, &map))?.map_err(to_py_err)
 }
 
@@ -168,31 +184,8 @@ fn build_half(
     format: WeightFormat,
     fetch: Option<Py<PyAny>>,
 ) -> PyResult<Model<f32>> {
-    let mut arrays: Vec<(String, PyReadonlyArrayDyn<'_, f32>)> = Vec::new();
-    for (k, v) in weights.iter() {
-        let name: String = k.extract()?;
-        let arr = v.extract::<PyReadonlyArrayDyn<'_, f32>>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "weights[{name:?}] must be a numpy array of dtype float32"
-            ))
-        })?;
-        if !arr.is_c_contiguous() {
-            return Err(PyValueError::new_err(format!(
-                "weights[{name:?}] must be C-contiguous"
-            )));
-        }
-        arrays.push((name, arr));
-    }
-    let mut map: HashMap<String, Tensor<'_, f32>> = HashMap::new();
-    for (name, arr) in &arrays {
-        map.insert(
-            name.clone(),
-            Tensor {
-                shape: arr.shape().to_vec(),
-                data: arr.as_slice()?,
-            },
-        );
-    }
+    let arrays = weight_arrays::<f32>(weights)?;
+    let map = tensor_map(&arrays)?;
     // The fetch callback runs Python: it takes the interpreter for each tensor.
     let pending: Mutex<Option<PyErr>> = Mutex::new(None);
     let call = |spec: &TensorSpec| -> gptcore_core::Result<Option<Vec<u16>>> {
