@@ -73,8 +73,9 @@ def to_half_bits(x: Any, dtype: Any = "bfloat16") -> np.ndarray:
 def from_half_bits(bits: Any, dtype: Any = "bfloat16") -> np.ndarray:
     """The float32 values of ``uint16`` bit patterns of ``dtype`` (exact), same shape.
 
-    >>> from_half_bits(np.array([0x3F80, 0x7F80], dtype=np.uint16), "bfloat16")
-    array([ 1., inf], dtype=float32)
+    Examples:
+        >>> from_half_bits(np.array([0x3F80, 0x7F80], dtype=np.uint16), "bfloat16")
+        array([ 1., inf], dtype=float32)
     """
     b = np.asarray(bits)
     if b.dtype != np.uint16:
