@@ -40,7 +40,10 @@ SUITE=${ARM64_SUITE:-$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}"
 ROOTFS=$CACHE/rootfs-$SUITE-arm64
 ROOTFS_KEY="1 $SUITE minbase python3"
 VENV=/opt/gptcore-venv # inside the root filesystem
-DEFAULT_TESTS=(tests/test_matmul.py tests/test_model.py tests/test_generate.py tests/test_digests.py)
+# The GPT-2-small-size fixture's 48-position comparison with transformers costs minutes under
+# emulation; its cross-architecture bits are checked by test_digests.py (9 positions).
+DEFAULT_TESTS=(tests/test_matmul.py tests/test_model.py tests/test_generate.py tests/test_digests.py
+  --deselect tests/test_model.py::test_fixture_gpt2_small_size)
 (($#)) || set -- "${DEFAULT_TESTS[@]}"
 
 T0=$SECONDS
