@@ -5,12 +5,20 @@ use std::arch::x86_64::*;
 
 pub const MR_F32: usize = 12;
 pub const MR_F64: usize = 12;
-/// Software prefetch distances of the f64 tile kernel, in depth steps ahead (A: 32 steps =
-/// 3 KiB, B: 16 steps = 2 KiB). Measured on the 2-core Zen 4 machine, alternating builds in one
+/// Software prefetch distances of the tile kernels, in depth steps ahead (A: 32 steps =
+/// 3 KiB; B: 16 steps = 2 KiB for f64 and for B read in place, [`PF_B_PACKED_F32`] for f32
+/// packed panels). f64, measured on the 2-core Zen 4 machine, alternating builds in one
 /// process: +4-7 % on 1024x3072x768 and 2048^3 (1 and 2 threads) against no prefetch, about
-/// the same at 64/32; A alone gave +3 %. The f32 kernel showed no gain (within +-2 %), so it
-/// has none.
+/// the same at 64/32; A alone gave +3 %. f32 showed no gain there (within +-2 %), but on the
+/// 2-core Sapphire Rapids Xeon it gains 10-20 %: see [`PF_B_PACKED_F32`].
 const PF_A: usize = 32;
+/// Prefetch distance of packed f32 B panels in the tile kernel: 32 steps = 4 KiB ahead. On the
+/// 2-core Sapphire Rapids Xeon (one thread, thread CPU time, medians of alternating processes):
+/// 1024x3072x768 130-134 -> 147-150 GFLOP/s, 64x768x3072 127-139 -> 154, 256x768x50257
+/// 122 -> 136-140, 256x768x2304 150-153 -> 158-160; decoding 8 sequences of GPT-2 small
+/// (B streamed from memory one panel at a time) 104-116 -> 145-151 tokens/s; 16 and 64 steps
+/// about the same as 32 there.
+const PF_B_PACKED_F32: usize = 32;
 /// Prefetch distance (depth steps) of the wide kernel when it reads B in place (rows far apart):
 /// 8 gave 5.2 -> 6.5 GFLOP/s on a one-row 768 x 2304 product from memory, 16 and 32 less.
 const PF_WIDE: usize = 8;
@@ -23,7 +31,7 @@ fn lane_mask(live: usize, lanes: usize) -> u32 {
 }
 
 macro_rules! avx512_kernel {
-    ($entry:ident, $tile:ident, $wide_entry:ident, $wide:ident, $stream_entry:ident, $stream:ident, $T:ty, $MR:expr, $LANES:expr, $prefetch:expr, $mask:ty,
+    ($entry:ident, $tile:ident, $wide_entry:ident, $wide:ident, $stream_entry:ident, $stream:ident, $T:ty, $MR:expr, $LANES:expr, $pf_packed:expr, $mask:ty,
      $zero:ident, $loadu:ident, $maskz_loadu:ident, $mask_storeu:ident, $set1:ident, $fmadd:ident) => {
         #[target_feature(enable = "avx512f")]
         unsafe fn $tile<const M: usize>(
@@ -49,15 +57,14 @@ macro_rules! avx512_kernel {
             let mut ap = a;
             let mut bp = b;
             // B read in place (rows far apart) is prefetched by both types: the hardware
-            // prefetcher does not follow it from memory.
-            let in_place = ldb != 2 * $LANES;
+            // prefetcher does not follow it from memory. Packed B panels by both too, f32
+            // further ahead (see PF_B_PACKED_F32).
+            let dist = if ldb == 2 * $LANES { $pf_packed } else { PF_B };
             for _ in 0..kc {
-                if $prefetch || in_place {
-                    // Addresses past the panels' ends are harmless: a prefetch never faults.
-                    _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(PF_A * $MR) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(PF_B * ldb) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(PF_B * ldb + $LANES) as *const i8);
-                }
+                // Addresses past the panels' ends are harmless: a prefetch never faults.
+                _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(PF_A * $MR) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(dist * ldb) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(dist * ldb + $LANES) as *const i8);
                 let b0 = $loadu(bp);
                 let b1 = $loadu(bp.add($LANES));
                 for i in 0..M {
@@ -305,7 +312,7 @@ avx512_kernel!(
     f32,
     MR_F32,
     16,
-    false,
+    PF_B_PACKED_F32,
     __mmask16,
     _mm512_setzero_ps,
     _mm512_loadu_ps,
@@ -324,7 +331,7 @@ avx512_kernel!(
     f64,
     MR_F64,
     8,
-    true,
+    PF_B,
     __mmask8,
     _mm512_setzero_pd,
     _mm512_loadu_pd,
