@@ -22,36 +22,57 @@ sequence): with float32 rounding, a near-tie between two logits can flip a greed
 --weight-dtype bfloat16,float16 adds gptcore models with 16-bit weights (float32 arithmetic),
 timed in the same alternating rounds as the float32 one, and prints a second table: their
 tokens/s, the ratio to gptcore float32, their share of the bandwidth bound for 2-byte weights,
-how many leading tokens agree with float32, then a prefill table (forward over 1 x 128 tokens,
-alternating) and the models' resident weight bytes.
+how many leading tokens agree with float32, the 16-bit baselines of issue #14 (transformers
+float32 and bfloat16, llama.cpp F16) with gptcore 16-bit / baseline ratios, then a prefill
+table (forward over 1 x 128 tokens, alternating) and the models' resident weight bytes.
 
-Run:  python3 benches/bench_generate.py       (after `pip install .`; the transformers columns
-      need torch and transformers installed, and are skipped with a note otherwise)
+llama.cpp (B = 1 only): the same weights written as GGUF files (architecture gpt2, F32 and,
+with --weight-dtype, F16; benches/_llamacpp.py), decoded in-process by llama-cpp-python:
+one eval of the prompt, then argmax of the last logits and one eval per new token, float32 KV
+cache, weights read into memory (no mmap), the same thread count. Before timing, its logits after the prompt are compared with
+gptcore's (max |difference| in the notes) and the bench stops if the F32 file disagrees
+beyond float32 rounding plus llama.cpp's float16 GELU table.
+
+Run:  python3 benches/bench_generate.py       (after `pip install .`; the baselines need
+      `pip install .[baselines]` (torch, transformers, llama-cpp-python, gguf); each one whose
+      package is missing is skipped with a note)
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 
 from _common import (
-    add_machine_args,
-    setup_machine,
     SETTLE_THREADED,
-    closing_line,
+    add_machine_args,
     bandwidth,
+    closing_line,
     compare,
     environment_report,
     fmt,
     fmt_bytes,
+    gptcore,
     import_torch,
     markdown_table,
     np,
     parse_int_list,
+    parse_str_list,
     set_threads,
-    gptcore,
+    setup_machine,
 )
-from _models import decode_step_floor, forward_floor, gpt2_config, hf_model, random_weights, weight_bytes_read
+from _llamacpp import LlamaCppGreedy, import_llama_cpp, write_gguf
+from _llamacpp import version as llama_cpp_version
+from _models import (
+    decode_step_floor,
+    forward_floor,
+    gpt2_config,
+    hf_model,
+    random_weights,
+    weight_bytes_read,
+)
 
 PROMPT = 16
 NEW = 128
@@ -94,6 +115,50 @@ def generation_floor(config, weights, B, threads):
     return total
 
 
+def leading_agreement(a, b) -> int:
+    """Leading new tokens that two (B, NEW) outputs share, worst sequence."""
+    same = np.asarray(a) == np.asarray(b)
+    return min(int(np.argmin(row)) if not row.all() else NEW for row in same)
+
+
+#: Largest |logit difference| accepted between llama.cpp's F32 file and gptcore float32 after
+#: the prompt. Float32 rounding alone gives ~1e-5 here; llama.cpp's GELU reads a float16 table
+#: (input rounded to float16), which moves the logits by ~1e-3. A wrong layout (a matrix not
+#: transposed, a misnamed tensor) gives differences of the order of the logits themselves.
+LLAMA_F32_TOLERANCE = 0.05
+
+
+def setup_llama_cpp(ll, weights, config, model, half_models, threads, workdir, notes, rng):
+    """Write the GGUF files, load them, check them against gptcore. Returns {label: model}."""
+    llama_cpp, gguf = ll
+    files = {"F32": "float32"}
+    if "float16" in half_models or "bfloat16" in half_models:
+        files["F16"] = "float16"
+    ids = rng.integers(0, config.vocab_size - 1, size=(1, PROMPT), dtype=np.int64)
+    ref32 = np.asarray(model.forward(ids, logits="last"), np.float64).reshape(-1)
+    models = {}
+    for ftype, like in files.items():
+        t0 = time.perf_counter()
+        path = write_gguf(gguf, Path(workdir) / f"gpt2-random-{ftype}.gguf", weights, config, ftype)
+        t_write = time.perf_counter() - t0
+        lm = LlamaCppGreedy(llama_cpp, path, threads)
+        got = lm.prompt_logits(ids[0]).astype(np.float64)
+        diff32 = float(np.max(np.abs(got - ref32)))
+        line = (f"- llama.cpp {ftype}: {path.stat().st_size / (1 << 20):.0f} MiB GGUF written in {t_write:.1f} s; "
+                f"logits after a {PROMPT}-token prompt vs gptcore float32: max |diff| {diff32:.2e} "
+                f"(logits span {ref32.min():.2f}..{ref32.max():.2f}), argmax "
+                f"{'same' if got.argmax() == ref32.argmax() else 'DIFFERENT'}")
+        if like in half_models:
+            ref16 = np.asarray(half_models[like].forward(ids, logits="last"), np.float64).reshape(-1)
+            line += f"; vs gptcore {like}: {float(np.max(np.abs(got - ref16))):.2e}"
+        notes.append(line)
+        if ftype == "F32" and not diff32 < LLAMA_F32_TOLERANCE:
+            raise SystemExit(f"llama.cpp's F32 GGUF disagrees with gptcore float32 (max |logit diff| "
+                             f"{diff32:.3g} >= {LLAMA_F32_TOLERANCE}): the GGUF layout is wrong")
+        models[f"llama.cpp {ftype}"] = lm
+    return models
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="B = 1 only, 2 samples")
@@ -103,9 +168,16 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--weight-dtype", default=None,
                     help="comma list of 16-bit weight storages (bfloat16,float16) to time against gptcore float32")
+    ap.add_argument("--baselines", default="transformers,llama.cpp",
+                    help="comma list of baselines to time: transformers, llama.cpp, or none "
+                         "(default both; each is skipped with a note when its package is missing)")
     add_machine_args(ap)
     args = ap.parse_args()
     half_dtypes = [s.strip() for s in args.weight_dtype.split(",")] if args.weight_dtype else []
+    wanted = set(parse_str_list(args.baselines)) - {"none"}
+    unknown = wanted - {"transformers", "llama.cpp"}
+    if unknown:
+        ap.error(f"--baselines: unknown {sorted(unknown)}; expected transformers, llama.cpp or none")
 
     threads_list = parse_int_list(args.threads)
     batches = parse_int_list(args.batch) if args.batch else ([1] if args.quick else [1, 8])
@@ -114,14 +186,27 @@ def main():
 
     notes = []
     t0 = time.perf_counter()
-    tt, why = import_torch()
     torch = transformers = None
-    if tt is None:
-        notes.append(f"- transformers baseline skipped: {why}")
-    else:
-        torch, transformers = tt
-        transformers.logging.set_verbosity_error()
-        notes.append(f"- torch {torch.__version__}, transformers {transformers.__version__}")
+    if "transformers" in wanted:
+        tt, why = import_torch()
+        if tt is None:
+            notes.append(f"- transformers baseline skipped: {why}")
+        else:
+            torch, transformers = tt
+            transformers.logging.set_verbosity_error()
+            notes.append(f"- torch {torch.__version__} (CPU capability "
+                         f"{torch.backends.cpu.get_cpu_capability()}), transformers {transformers.__version__}")
+    ll = None
+    if "llama.cpp" in wanted:
+        ll, why = import_llama_cpp()
+        if ll is None:
+            notes.append(f"- llama.cpp baseline skipped: {why}")
+        elif 1 not in batches:
+            notes.append("- llama.cpp baseline skipped: it runs B = 1 only")
+            ll = None
+        else:
+            notes.append(f"- {llama_cpp_version(*ll)}; B = 1 only (llama-cpp-python's Llama decodes one "
+                         f"sequence); KV cache float32")
     weights, source = random_weights(config, args.seed)
     wbytes = weight_bytes_read(weights)
     notes.append(f"- weights: GPT-2 small, {source}; {wbytes / 1e6:.0f} MB read per decode step")
@@ -129,35 +214,54 @@ def main():
     half_models = {wd: gptcore.Model(weights, weight_dtype=wd) for wd in half_dtypes}
     half_rows = []
     hf = hf_model(weights, config, torch, transformers) if torch is not None else None
+    hf16 = None
+    if hf is not None and half_models:
+        hf16 = hf_model(weights, config, torch, transformers).to(torch.bfloat16)
+        hf16.eval()
     pad = config.vocab_size - 1
+    workdir = tempfile.TemporaryDirectory(prefix="gptcore-bench-gguf-")
+    llamas = {}
+    if ll is not None:
+        llamas = setup_llama_cpp(ll, weights, config, model, half_models, threads_list[0], workdir.name, notes,
+                                 np.random.default_rng(args.seed + 1000))
 
     print(f"# GPT-2 small greedy generation: prompt {PROMPT}, {NEW} new tokens (float32)\n")
     setup_machine(args, threads_list)
     print(environment_report(notes))
     print(f"- {reps} samples each, median; tokens/s = B * {NEW} / time per call; speed = gptcore tok/s / "
-          f"transformers tok/s; noise = (max - min) / median, worst side\n")
+          f"baseline tok/s; noise = (max - min) / median, worst side\n")
 
-    headers = ["B", "thr", "gptcore tok/s", "transformers tok/s", "gptcore/transformers", "BW bound tok/s",
-               "gptcore %BW bound", "floor tok/s", "gptcore %floor", "transformers %floor", "agree", "noise"]
+    headers = ["B", "thr", "gptcore tok/s", "transformers tok/s", "gptcore/transformers", "llama.cpp F32 tok/s",
+               "gptcore/llama.cpp", "BW bound tok/s", "gptcore %BW bound", "floor tok/s", "gptcore %floor",
+               "transformers %floor", "agree", "noise"]
     rows = []
+    agree_rows = []
+    agree_names = []
     rng = np.random.default_rng(args.seed)
     for threads in threads_list:
         set_threads(threads, torch)
+        for lm in llamas.values():
+            lm.set_threads(threads)
         for B in batches:
             ids = rng.integers(0, config.vocab_size - 1, size=(B, PROMPT), dtype=np.int64)
             fns, outs = {}, {}
             if model is not None:
                 run_g = gptcore_runner(model, B)
                 outs["gptcore"] = run_g(ids)
-                fns["gptcore"] = lambda run=run_g: run(ids)
+                fns["gptcore"] = lambda run=run_g, ids=ids: run(ids)
             for wd, hm in half_models.items():
                 run_h = gptcore_runner(hm, B)
                 outs["gptcore " + wd] = run_h(ids)
-                fns["gptcore " + wd] = lambda run=run_h: run(ids)
-            if hf is not None:
-                run_t = torch_runner(hf, torch, B, pad)
-                outs["transformers"] = run_t(ids)
-                fns["transformers"] = lambda run=run_t: run(ids)
+                fns["gptcore " + wd] = lambda run=run_h, ids=ids: run(ids)
+            for name, m in (("transformers", hf), ("transformers bfloat16", hf16)):
+                if m is not None:
+                    run_t = torch_runner(m, torch, B, pad)
+                    outs[name] = run_t(ids)
+                    fns[name] = lambda run=run_t, ids=ids: run(ids)
+            if B == 1:
+                for name, lm in llamas.items():
+                    outs[name] = lm.generate(ids[0], NEW)[None, :]
+                    fns[name] = lambda lm=lm, ids=ids: lm.generate(ids[0], NEW)
             if not fns:
                 print("nothing to time: neither gptcore.Model nor transformers is available")
                 return
@@ -166,30 +270,51 @@ def main():
             bw_bound = B * bandwidth(threads) / wbytes
             floor = B * NEW / generation_floor(config, weights, B, threads)
             agree = "-"
-            if len(outs) == 2:
-                same = outs["gptcore"] == outs["transformers"]
-                lead = [int(np.argmin(row)) if not row.all() else NEW for row in same]
-                agree = f"{min(lead)}/{NEW}"
-            g, t = tok.get("gptcore"), tok.get("transformers")
+            if "gptcore" in outs and "transformers" in outs:
+                agree = f"{leading_agreement(outs['gptcore'], outs['transformers'])}/{NEW}"
+            g, t, l32 = tok.get("gptcore"), tok.get("transformers"), tok.get("llama.cpp F32")
             rows.append([
-                B, threads, fmt(g, 1), fmt(t, 1), fmt(g / t if g and t else None, 2), fmt(bw_bound, 1),
+                B, threads, fmt(g, 1), fmt(t, 1), fmt(g / t if g and t else None, 2),
+                fmt(l32, 1), fmt(g / l32 if g and l32 else None, 2), fmt(bw_bound, 1),
                 f"{100 * g / bw_bound:.0f}%" if g else "-", fmt(floor, 1),
                 f"{100 * g / floor:.0f}%" if g else "-", f"{100 * t / floor:.0f}%" if t else "-",
                 agree, f"{100 * max(r.spread for r in res.values()):.0f}%",
             ])
+            others = [k for k in outs if k != "gptcore"]
+            for k in others:
+                if k not in agree_names:
+                    agree_names.append(k)
+            agree_rows.append((B, threads, {k: leading_agreement(outs["gptcore"], outs[k]) for k in others}))
+            tb16, l16 = tok.get("transformers bfloat16"), tok.get("llama.cpp F16")
             for wd in half_models:
-                h = B * NEW / res["gptcore " + wd].median
-                same = outs["gptcore " + wd] == outs["gptcore"]
-                lead = min(int(np.argmin(row)) if not row.all() else NEW for row in same)
+                h = tok["gptcore " + wd]
+                lead = leading_agreement(outs["gptcore " + wd], outs["gptcore"])
                 half_rows.append([B, threads, wd, fmt(g, 1), fmt(h, 1), fmt(h / g if g else None, 2),
-                                  f"{100 * h / (2 * bw_bound):.0f}%", f"{lead}/{NEW}"])
+                                  f"{100 * h / (2 * bw_bound):.0f}%", f"{lead}/{NEW}",
+                                  fmt(t, 1), fmt(tb16, 1), fmt(h / t if t else None, 2),
+                                  fmt(h / tb16 if tb16 else None, 2), fmt(l16, 1),
+                                  fmt(h / l16 if l16 else None, 2)])
             print(f"  done threads={threads} B={B} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    for lm in llamas.values():
+        lm.close()
+    workdir.cleanup()
     print()
     print(markdown_table(headers, rows))
     if half_models:
-        print("\n16-bit weights against gptcore float32 (same rounds; BW bound for 2-byte weights):\n")
+        print("\n16-bit weights against gptcore float32 and the baselines (same rounds; BW bound for 2-byte "
+              "weights; x baseline = gptcore 16-bit tok/s / baseline tok/s):\n")
         print(markdown_table(["B", "thr", "weights", "float32 tok/s", "16-bit tok/s", "x float32",
-                              "%BW bound (2 B)", "agree with float32"], half_rows))
+                              "%BW bound (2 B)", "agree with float32", "transformers f32 tok/s",
+                              "transformers bf16 tok/s", "x transformers f32", "x transformers bf16",
+                              "llama.cpp F16 tok/s", "x llama.cpp F16"], half_rows))
+    if agree_names:
+        print(f"\nLeading new tokens equal to gptcore float32's (worst sequence, of {NEW}). A weak check: "
+              f"random weights often settle on one repeated token, and near-ties may flip where the "
+              f"arithmetic differs; the logits comparison in the notes is the strong one:\n")
+        print(markdown_table(["B", "thr"] + agree_names,
+                             [[B, thr] + [str(a[k]) if k in a else "-" for k in agree_names]
+                              for B, thr, a in agree_rows]))
+    if half_models:
         prefill = []
         ids = rng.integers(0, config.vocab_size - 1, size=(1, 128), dtype=np.int64)
         for threads in threads_list:
