@@ -47,7 +47,7 @@ impl Family for Avx2 {
             tile: half::tile_bf16,
             wide: None,
             stream: None,
-            pack_a_panel: None,
+            pack_a_panel: Some(pack::pack_rows_f32::<6>),
         }
     }
 
@@ -60,7 +60,7 @@ impl Family for Avx2 {
             tile: half::tile_f16,
             wide: None,
             stream: None,
-            pack_a_panel: None,
+            pack_a_panel: Some(pack::pack_rows_f32::<6>),
         }
     }
 
