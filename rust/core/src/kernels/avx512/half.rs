@@ -3,6 +3,10 @@
 //! B step loaded as 32 bytes and widened in a register (bfloat16: zero-extend and shift left
 //! by 16; float16: `vcvtph2ps`), both exact, then the same FMA chain as the float32 kernels.
 
+// The kernels take the tile's pointers, strides and sizes one by one, as the TileFn / WideFn
+// signatures do.
+#![allow(clippy::too_many_arguments)]
+
 use crate::half::{Bf16, F16};
 use std::arch::x86_64::*;
 
