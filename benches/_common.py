@@ -411,3 +411,17 @@ def import_torch():
     except Exception as exc:  # ImportError, or a broken CUDA-flavoured install
         return None, f"{type(exc).__name__}: {exc}".splitlines()[0]
     return (torch, transformers), None
+
+
+def torch_baseline(notes, what="torch"):
+    """(torch, transformers) with a line on their versions in ``notes``, or (None, None) with a
+    line saying why the ``what`` baseline is skipped."""
+    tt, why = import_torch()
+    if tt is None:
+        notes.append(f"- {what} baseline skipped: {why}")
+        return None, None
+    torch, transformers = tt
+    transformers.logging.set_verbosity_error()
+    notes.append(f"- torch {torch.__version__} (CPU capability {torch.backends.cpu.get_cpu_capability()}), "
+                 f"transformers {transformers.__version__}")
+    return torch, transformers

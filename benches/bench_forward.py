@@ -47,6 +47,7 @@ from _common import (
     fmt_bytes,
     gptcore,
     import_torch,
+    torch_baseline,
     markdown_table,
     np,
     parse_int_list,
@@ -234,13 +235,7 @@ def main():
     notes = []
     torch = transformers = None
     if "torch" in impls:
-        tt, why = import_torch()
-        if tt is None:
-            notes.append(f"- torch baseline skipped: {why}")
-        else:
-            torch, transformers = tt
-            notes.append(f"- torch {torch.__version__}, transformers {transformers.__version__}, "
-                         f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}")
+        torch, transformers = torch_baseline(notes)
     t0 = time.perf_counter()
     weights, source = random_weights(config, args.seed)
     notes.append(f"- weights: GPT-2 small, {source}, biases/LN perturbed; "

@@ -55,13 +55,13 @@ from _common import (
     fmt,
     fmt_bytes,
     gptcore,
-    import_torch,
     markdown_table,
     np,
     parse_int_list,
     parse_str_list,
     set_threads,
     setup_machine,
+    torch_baseline,
 )
 from _llamacpp import LlamaCppGreedy, import_llama_cpp, write_gguf
 from _llamacpp import version as llama_cpp_version
@@ -188,14 +188,7 @@ def main():
     t0 = time.perf_counter()
     torch = transformers = None
     if "transformers" in wanted:
-        tt, why = import_torch()
-        if tt is None:
-            notes.append(f"- transformers baseline skipped: {why}")
-        else:
-            torch, transformers = tt
-            transformers.logging.set_verbosity_error()
-            notes.append(f"- torch {torch.__version__} (CPU capability "
-                         f"{torch.backends.cpu.get_cpu_capability()}), transformers {transformers.__version__}")
+        torch, transformers = torch_baseline(notes, "transformers")
     ll = None
     if "llama.cpp" in wanted:
         ll, why = import_llama_cpp()
