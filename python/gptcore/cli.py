@@ -391,13 +391,19 @@ def _demo(args: argparse.Namespace) -> int:
     big = Model(weights, gpt2)
     print(f"  weights checked and packed in {time.perf_counter() - t0:.2f} s")
     rng = np.random.default_rng(0)
+    settle = 0.25 if get_num_threads() > 1 else 0.0
     for t in args.T:
         x = rng.integers(0, gpt2.vocab_size, size=(1, t))
         times = {"gptcore": [], "numpy": []}
         for _ in range(args.repeat):  # alternate the two, keep the median
+            # With several threads, let the other library's idle threads stop spinning first:
+            # OpenBLAS's keep a core busy for tens of ms after a call (on the 2-core Xeon, the
+            # T = 64 gptcore forward took 125 ms right after numpy's, 73-94 ms after a pause).
+            time.sleep(settle)
             t0 = time.perf_counter()
             ours = big.forward(x)
             times["gptcore"].append(time.perf_counter() - t0)
+            time.sleep(settle)
             t0 = time.perf_counter()
             ref = numpy_forward(weights, x, gpt2)
             times["numpy"].append(time.perf_counter() - t0)
