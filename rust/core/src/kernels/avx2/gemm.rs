@@ -65,7 +65,7 @@ macro_rules! avx2_impl {
 
             /// The first `live` of the L lanes (all of them when `live >= L`).
             #[inline(always)]
-            unsafe fn lane_mask(live: usize) -> __m256i {
+            pub(in crate::kernels::avx2) unsafe fn lane_mask(live: usize) -> __m256i {
                 _mm256_loadu_si256(MASKS.as_ptr().add(L - live.min(L)) as *const __m256i)
             }
 

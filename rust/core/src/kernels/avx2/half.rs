@@ -12,6 +12,7 @@
 // signatures do.
 #![allow(clippy::too_many_arguments)]
 
+use super::gemm::f32k::lane_mask;
 use crate::half::{Bf16, F16};
 use std::arch::x86_64::*;
 
@@ -54,13 +55,7 @@ macro_rules! avx2_half {
         ) {
             let mut masks = [_mm256_setzero_si256(); V];
             for v in 0..V {
-                let mut lanes = [0i32; 8];
-                for l in 0..8 {
-                    if v * 8 + l < cols {
-                        lanes[l] = -1;
-                    }
-                }
-                masks[v] = _mm256_loadu_si256(lanes.as_ptr() as *const __m256i);
+                masks[v] = lane_mask(cols.saturating_sub(v * 8));
             }
             let mut acc = [[_mm256_setzero_ps(); V]; M];
             if accumulate {
