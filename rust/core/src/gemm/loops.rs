@@ -235,6 +235,11 @@ fn macro_kernel<T: Element, W: PanelValue>(
             jp += 4;
         }
     }
+    // One or two row tiles: each panel comes from memory and is done with after them.
+    let tile = match kernels.tile_few {
+        Some(few) if i1 - i0 <= ROW_QUANTUM => few,
+        _ => kernels.tile,
+    };
     // LOOP 2: row tiles.
     let mut i = i0;
     while i < i1 {
@@ -248,7 +253,7 @@ fn macro_kernel<T: Element, W: PanelValue>(
             // SAFETY: the A panel holds kc*mr values, the B panel kc steps of NR readable
             // values ldb apart; the C tile at (i, j0) lies inside C and belongs to this item.
             unsafe {
-                (kernels.tile)(rows, cols, kc, ap, bp, ldb, out.at(i, j0), out.ldc, p > 0);
+                tile(rows, cols, kc, ap, bp, ldb, out.at(i, j0), out.ldc, p > 0);
             }
             if last {
                 out.finish(i, i + rows, j0, cols);

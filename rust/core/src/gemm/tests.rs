@@ -519,73 +519,76 @@ fn micro_kernels_called_directly_match_the_chain() {
         for kernel in available() {
             let spec = T::gemm_kernels(kernel);
             let mr = spec.mr;
-            for kc in (0..=9).chain([17]) {
-                // B: kc steps of NR values, read in place (ldb > NR) and packed (ldb == NR);
-                // four panels of it for the wide kernel.
-                for ldb in [nr, 4 * nr + 5] {
-                    let mut b = random::<T>(&mut rng, kc * ldb + 4 * nr);
-                    let a_full = random::<T>(&mut rng, kc * mr);
-                    for rows in 1..=mr {
-                        let mut a = a_full.clone();
-                        for kk in 0..kc {
-                            a[kk * mr + rows..(kk + 1) * mr].fill(nan);
-                        }
-                        for cols in 1..=nr {
+            // The tile kernel and its few-rows variant, where the family has one.
+            for tile in std::iter::once(spec.tile).chain(spec.tile_few) {
+                for kc in (0..=9).chain([17]) {
+                    // B: kc steps of NR values, read in place (ldb > NR) and packed (ldb == NR);
+                    // four panels of it for the wide kernel.
+                    for ldb in [nr, 4 * nr + 5] {
+                        let mut b = random::<T>(&mut rng, kc * ldb + 4 * nr);
+                        let a_full = random::<T>(&mut rng, kc * mr);
+                        for rows in 1..=mr {
+                            let mut a = a_full.clone();
                             for kk in 0..kc {
-                                for j in cols..nr {
-                                    b[kk * ldb + j] = nan;
-                                }
+                                a[kk * mr + rows..(kk + 1) * mr].fill(nan);
                             }
-                            for accumulate in [false, true] {
-                                let ldc = nr + 3;
-                                let mut c = vec![sentinel; (rows + 2) * ldc];
-                                let c0 = random::<T>(&mut rng, rows * cols);
-                                for i in 0..rows {
-                                    c[(i + 1) * ldc..(i + 1) * ldc + cols]
-                                        .copy_from_slice(&c0[i * cols..(i + 1) * cols]);
+                            for cols in 1..=nr {
+                                for kk in 0..kc {
+                                    for j in cols..nr {
+                                        b[kk * ldb + j] = nan;
+                                    }
                                 }
-                                unsafe {
-                                    (spec.tile)(
-                                        rows,
-                                        cols,
-                                        kc,
-                                        a.as_ptr(),
-                                        b.as_ptr(),
-                                        ldb,
-                                        c.as_mut_ptr().add(ldc),
-                                        ldc,
-                                        accumulate,
-                                    )
-                                };
-                                for (idx, v) in c.iter().enumerate() {
-                                    let (r, j) = (idx / ldc, idx % ldc);
-                                    let want = if r >= 1 && r <= rows && j < cols {
-                                        let i = r - 1;
-                                        let mut acc = if accumulate {
-                                            c0[i * cols + j]
-                                        } else {
-                                            T::ZERO
-                                        };
-                                        for kk in 0..kc {
-                                            acc = a[kk * mr + i].mul_add(b[kk * ldb + j], acc);
-                                        }
-                                        acc
-                                    } else {
-                                        sentinel
+                                for accumulate in [false, true] {
+                                    let ldc = nr + 3;
+                                    let mut c = vec![sentinel; (rows + 2) * ldc];
+                                    let c0 = random::<T>(&mut rng, rows * cols);
+                                    for i in 0..rows {
+                                        c[(i + 1) * ldc..(i + 1) * ldc + cols]
+                                            .copy_from_slice(&c0[i * cols..(i + 1) * cols]);
+                                    }
+                                    unsafe {
+                                        tile(
+                                            rows,
+                                            cols,
+                                            kc,
+                                            a.as_ptr(),
+                                            b.as_ptr(),
+                                            ldb,
+                                            c.as_mut_ptr().add(ldc),
+                                            ldc,
+                                            accumulate,
+                                        )
                                     };
-                                    assert_eq!(
-                                        v.to_f64().to_bits(),
-                                        want.to_f64().to_bits(),
-                                        "{} {kernel:?} rows={rows} cols={cols} kc={kc} \
+                                    for (idx, v) in c.iter().enumerate() {
+                                        let (r, j) = (idx / ldc, idx % ldc);
+                                        let want = if r >= 1 && r <= rows && j < cols {
+                                            let i = r - 1;
+                                            let mut acc = if accumulate {
+                                                c0[i * cols + j]
+                                            } else {
+                                                T::ZERO
+                                            };
+                                            for kk in 0..kc {
+                                                acc = a[kk * mr + i].mul_add(b[kk * ldb + j], acc);
+                                            }
+                                            acc
+                                        } else {
+                                            sentinel
+                                        };
+                                        assert_eq!(
+                                            v.to_f64().to_bits(),
+                                            want.to_f64().to_bits(),
+                                            "{} {kernel:?} rows={rows} cols={cols} kc={kc} \
                                          ldb={ldb} acc={accumulate} at ({r}, {j})",
-                                        T::NAME
-                                    );
+                                            T::NAME
+                                        );
+                                    }
                                 }
-                            }
-                            // Restore the columns for the next width.
-                            for kk in 0..kc {
-                                for j in cols..nr {
-                                    b[kk * ldb + j] = T::from_f64(0.25);
+                                // Restore the columns for the next width.
+                                for kk in 0..kc {
+                                    for j in cols..nr {
+                                        b[kk * ldb + j] = T::from_f64(0.25);
+                                    }
                                 }
                             }
                         }
@@ -673,4 +676,80 @@ fn neon_is_available_on_aarch64() {
     assert!(available().contains(&Kernel::Neon), "{:?}", available());
     assert_eq!(detect(), Kernel::Neon);
     assert_eq!(Kernel::from_name("neon"), Some(Kernel::Neon));
+}
+
+/// A plain B packed for the product in slabs of columns (the `Rhs::PackHere` path on one
+/// thread): the reference's bits for every kernel, slabs of 4 and 8 panels with a last one
+/// narrower than the others, a depth of several blocks, and the epilogue seeing every element
+/// once at its own column.
+#[test]
+fn slabs_of_a_b_packed_here_match_reference() {
+    fn check<T: GemmElement>() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(77);
+        let nr = T::NR;
+        let k = 700;
+        for (m, n) in [
+            (13usize, 4 * nr * 2 + 5),
+            (40, 4 * nr * 3),
+            (25, 4 * nr + 1),
+        ] {
+            let a = random::<T>(&mut rng, m * k);
+            let b = random::<T>(&mut rng, k * n);
+            let mut want = vec![T::ZERO; m * n];
+            gemm_reference(
+                MatRef::from_slice(&a, m, k),
+                MatRef::from_slice(&b, k, n),
+                &mut want,
+            );
+            for (kernel, slab) in available()
+                .into_iter()
+                .flat_map(|kn| [(kn, 4 * nr), (kn, 8 * nr)])
+            {
+                let ldc = n + 3;
+                let mut c = vec![T::from_f64(9.5); m * ldc];
+                let seen = std::sync::Mutex::new(vec![0u8; m * n]);
+                let mark = |mut t: Tile<'_, T>| {
+                    let mut s = seen.lock().unwrap();
+                    for r in 0..t.rows {
+                        // The tile's values are C's at its own (global) position.
+                        let row = t.row(r).to_vec();
+                        for (j, v) in row.iter().enumerate() {
+                            let idx = (t.i0 + r) * n + t.j0 + j;
+                            s[idx] += 1;
+                            assert_eq!(v.to_f64().to_bits(), want[idx].to_f64().to_bits());
+                        }
+                    }
+                };
+                let opts = Options {
+                    kernel,
+                    epilogue: Some(&mark),
+                };
+                let (av, bv) = (MatRef::from_slice(&a, m, k), MatRef::from_slice(&b, k, n));
+                pack_by_slabs(av, bv, slab, &mut c, ldc, &opts).unwrap();
+                for i in 0..m {
+                    for j in 0..ldc {
+                        let v = c[i * ldc + j].to_f64().to_bits();
+                        let w = if j < n {
+                            want[i * n + j].to_f64().to_bits()
+                        } else {
+                            9.5f64.to_bits()
+                        };
+                        assert_eq!(
+                            v,
+                            w,
+                            "{} {} m={m} n={n} slab={slab} at ({i}, {j})",
+                            kernel.name(),
+                            T::NAME
+                        );
+                    }
+                }
+                assert!(
+                    seen.into_inner().unwrap().iter().all(|&x| x == 1),
+                    "each element once"
+                );
+            }
+        }
+    }
+    check::<f32>();
+    check::<f64>();
 }

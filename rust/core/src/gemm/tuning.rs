@@ -3,7 +3,8 @@
 //! `GPTCORE_KC` overrides the largest depth block (KC) and `GPTCORE_MC` the rows of A per work
 //! item (rounded to a multiple of the 12-row quantum, which every family's MR divides), `GPTCORE_NC` the panels
 //! of B in one column group (rounded to a multiple of 4, the wide kernel's width), `GPTCORE_B_CHUNK_KIB` the size of
-//! packed B one column chunk may span when several row blocks share it. They change speed
+//! packed B one column chunk may span when several row blocks share it, `GPTCORE_SLAB_KIB` the
+//! slabs a B packed for one product is packed in. They change speed
 //! only: the exactness contract makes every result independent of the block sizes.
 
 use super::loops::{B_CHUNK_BYTES, MC, NC_PANELS, ROW_QUANTUM};
@@ -65,5 +66,15 @@ pub fn b_chunk_bytes() -> usize {
         env_usize("GPTCORE_B_CHUNK_KIB")
             .map(|v| v << 10)
             .unwrap_or(B_CHUNK_BYTES)
+    })
+}
+
+/// Bytes of one slab of B packed for one product (`GPTCORE_SLAB_KIB` overrides).
+pub fn slab_bytes() -> usize {
+    static S: OnceLock<usize> = OnceLock::new();
+    *S.get_or_init(|| {
+        env_usize("GPTCORE_SLAB_KIB")
+            .map(|v| v << 10)
+            .unwrap_or(super::SLAB_BYTES)
     })
 }

@@ -6,7 +6,9 @@
 //! * the tile shape: `mr` rows (the width is the type's panel width `T::NR`, shared by every
 //!   family so that a matrix packed once serves whichever family is active; `mr` divides 12,
 //!   the row tiles work is shared out in);
-//! * the **tile kernel** ([`TileFn`]), the one that does the work of large products;
+//! * the **tile kernel** ([`TileFn`]), the one that does the work of large products, and
+//!   optionally a variant of it for row blocks of one or two tiles (`tile_few`: B from memory,
+//!   so it may prefetch ahead of the panel it reads);
 //! * optionally a **wide kernel** ([`WideFn`], 1 to [`WIDE_ROWS`] rows against four panels) and a
 //!   **stream kernel** ([`StreamFn`], 1 to [`STREAM_ROWS`] rows against B read in place);
 //! * optionally a **panel packer** for A ([`PackPanelFn`]);
@@ -78,6 +80,12 @@ pub struct GemmKernels<T, W = T> {
     /// Rows of a tile (divides 12).
     pub mr: usize,
     pub tile: TileFn<T, W>,
+    /// The tile kernel for a row block of at most [`crate::gemm::ROW_QUANTUM`] rows (one or two
+    /// tiles), where every B panel comes from memory and is done with after those tiles: it
+    /// may fetch the next panel ahead while it computes (the plain tile kernel must not: for
+    /// many row tiles that traffic only takes load slots from the panels already in cache).
+    /// `None`: the plain tile kernel serves.
+    pub tile_few: Option<TileFn<T, W>>,
     pub wide: Option<WideFn<T, W>>,
     pub stream: Option<StreamFn<T, W>>,
     pub pack_a_panel: Option<PackPanelFn<T>>,

@@ -20,6 +20,7 @@ impl Family for Avx2 {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
+            tile_few: Some(gemm::kernel_few_f32),
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
@@ -30,6 +31,7 @@ impl Family for Avx2 {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
+            tile_few: Some(gemm::kernel_few_f64),
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(pack::pack_rows_f64::<6>),
@@ -45,6 +47,7 @@ impl Family for Avx2 {
         GemmKernels {
             mr: half::MR,
             tile: half::tile_bf16,
+            tile_few: None,
             wide: None,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
@@ -58,6 +61,7 @@ impl Family for Avx2 {
         GemmKernels {
             mr: half::MR,
             tile: half::tile_f16,
+            tile_few: None,
             wide: None,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),

@@ -18,6 +18,7 @@ impl Family for Avx512 {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
+            tile_few: None,
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
@@ -28,6 +29,7 @@ impl Family for Avx512 {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
+            tile_few: None,
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(super::avx2::pack::pack_rows_f64::<12>),
@@ -38,6 +40,7 @@ impl Family for Avx512 {
         GemmKernels {
             mr: half::MR,
             tile: half::tile_bf16,
+            tile_few: None,
             wide: Some(half::wide_bf16),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
@@ -48,6 +51,7 @@ impl Family for Avx512 {
         GemmKernels {
             mr: half::MR,
             tile: half::tile_f16,
+            tile_few: None,
             wide: Some(half::wide_f16),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),

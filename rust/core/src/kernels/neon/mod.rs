@@ -17,6 +17,7 @@ impl Family for Neon {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
+            tile_few: None,
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(gemm::pack12_f32),
@@ -27,6 +28,7 @@ impl Family for Neon {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
+            tile_few: None,
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(gemm::pack12_f64),

@@ -53,6 +53,7 @@ pub fn half_kernels<T: Element, H: HalfFormat>() -> GemmKernels<T, H> {
     GemmKernels {
         mr: MR,
         tile: kernel::<T, H>,
+        tile_few: None,
         wide: None,
         stream: None,
         pack_a_panel: None,

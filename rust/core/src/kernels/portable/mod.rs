@@ -20,6 +20,7 @@ impl Family for Portable {
         GemmKernels {
             mr: gemm::MR,
             tile: gemm::kernel::<f32>,
+            tile_few: None,
             wide: None,
             stream: None,
             pack_a_panel: None,
@@ -30,6 +31,7 @@ impl Family for Portable {
         GemmKernels {
             mr: gemm::MR,
             tile: gemm::kernel::<f64>,
+            tile_few: None,
             wide: None,
             stream: None,
             pack_a_panel: None,
