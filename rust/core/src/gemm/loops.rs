@@ -105,20 +105,24 @@ impl Plan {
 
 /// `C = A B` from packed A (`apack`, `kernels.mr`-row panels) and `b`, with `epilogue` on each
 /// tile once it is final.
+///
+/// # Safety
+/// `c` points to `m` rows of `n` writable values, `ldc` apart, that nothing else reads or
+/// writes during the call.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn run<T: Element, W: PanelValue>(
+pub(super) unsafe fn run<T: Element, W: PanelValue>(
     kernels: GemmKernels<T, W>,
     m: usize,
     n: usize,
     kb: KBlocks,
     apack: &[T],
     b: &BSource<'_, W>,
-    c: &mut [T],
+    c: *mut T,
     ldc: usize,
     epilogue: Option<Epilogue<'_, T>>,
 ) {
     let plan = Plan::new::<W>(m, n, kb, kernels.wide.is_some());
-    let cptr = threads::SendPtr(c.as_mut_ptr());
+    let cptr = threads::SendPtr(c);
     let out = Out {
         ptr: cptr,
         ldc,

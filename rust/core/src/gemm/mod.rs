@@ -229,7 +229,7 @@ pub fn gemm<T: GemmElement>(
     match b {
         Rhs::Packed(p) => run(a, &BSource::Packed(p), c, ldc, opts),
         Rhs::PackHere(v) if slab_cols::<T>(a.rows, v.rows, v.cols) < v.cols => {
-            pack_by_slabs(a, v, slab_cols::<T>(a.rows, v.rows, v.cols), c, ldc, opts)?
+            pack_by_slabs(a, v, slab_cols::<T>(a.rows, v.rows, v.cols), c, ldc, opts)
         }
         Rhs::PackHere(v) => {
             let len = PackedB::<T>::packed_len(v.rows, v.cols);
@@ -284,36 +284,56 @@ pub fn gemm_packed<T: GemmElement + KernelsFor<W>, W: PanelValue>(
     run(a, &BSource::Packed(b), c, ldc, opts)
 }
 
-/// Bytes of one slab of B packed for a product with `Rhs::PackHere` on one thread (see
-/// [`pack_by_slabs`]): half of a 2 MiB L2 cache.
+/// Bytes of one slab of B packed for a product with `Rhs::PackHere` (see [`pack_by_slabs`]):
+/// half of a 2 MiB L2 cache.
 pub const SLAB_BYTES: usize = 1 << 20;
 
 /// Columns of the slabs that B is packed in for a `Rhs::PackHere` product of `m` rows against
-/// a (k x n) B: `n` (one piece) for a row block of at most one tile quantum (each slab would
-/// be used once), for slabs narrower than four panels, and on several threads. There each slab
-/// would cost two more hand-overs between the threads, and one piece packed by all of them
-/// measured as fast or faster (AVX2 path forced on the 2-core Sapphire Rapids Xeon, two
-/// threads: 128 / 256 rows against 768 x 2304 float32, 0.97 / 0.91 x numpy in one piece
-/// against 0.89 / 0.88 in 2 MiB slabs).
+/// a (k x n) B, or `n` (one piece). Slabs of at most [`SLAB_BYTES`], as few as can be, their
+/// count a multiple of the thread count (each thread takes whole slabs), of equal widths in
+/// whole panels; but never narrower than a column group of the loops (A is read once per
+/// slab, as it is once per group in one piece). One piece for a row block of at most one tile
+/// quantum (each slab would be used by one tile), for a B that fits one slab, and where the
+/// group width leaves too few slabs to share out evenly.
 fn slab_cols<T: Element>(m: usize, k: usize, n: usize) -> usize {
-    let unit = 4 * T::NR;
-    let cols = tuning::slab_bytes() / (k.max(1) * std::mem::size_of::<T>()) / unit * unit;
-    if m <= loops::ROW_QUANTUM || cols < unit || crate::threads::num_threads() > 1 {
+    let bytes = PackedB::<T>::packed_len(k, n).saturating_mul(std::mem::size_of::<T>());
+    let count = bytes.div_ceil(tuning::slab_bytes());
+    if m <= loops::ROW_QUANTUM || count <= 1 {
+        return n;
+    }
+    let threads = crate::threads::num_threads();
+    let group = tuning::nc_panels() * T::NR;
+    let cols = n
+        .div_ceil(count.div_ceil(threads) * threads)
+        .next_multiple_of(T::NR)
+        .max(group);
+    let count = n.div_ceil(cols);
+    if count <= 1 || (count % threads != 0 && count < 4 * threads) {
         n
     } else {
         cols
     }
 }
 
-/// `C = A B` for a B packed for this product only, one slab of columns at a time: A is packed
-/// once; each slab of B (`slab` columns, the last one fewer) is packed into the same cache-sized buffer and multiplied while it is
-/// still in the cache, instead of all of B being packed into memory first and read back.
-/// Every element's chain is the one of the single-piece product (slabs cut columns, never the
-/// depth), so the bits are the same. With the AVX2 path forced on the 2-core Sapphire Rapids
-/// Xeon, one thread, against OpenBLAS's Haswell kernels (medians of 7 alternating samples),
-/// gptcore/numpy in one piece -> in 1 MiB slabs: float32 128 / 256 / 1024 x 768 x 2304 0.82 /
-/// 0.84 / 0.93 -> 0.92 / 0.95 / 0.97, 256 x 3072 x 768 0.83 -> 0.86; float64 0.86 / 0.90 /
-/// 0.90 -> 0.96 / 0.98 / 0.97, 0.91 -> 0.93.
+/// `C = A B` for a B packed for this product only, in slabs of `slab` columns (the last one
+/// fewer): A is packed once; then each thread takes whole slabs, packs one into a buffer of
+/// its own and multiplies it by all of A while it is still in that core's cache, instead of B
+/// being packed into memory first and read back (and without the threads waiting for each
+/// other between slabs). Every element's chain is the one of the single-piece product (slabs
+/// cut columns, never the depth), so the bits are the same.
+///
+/// Measured with the AVX2 path forced on the 2-core Sapphire Rapids Xeon against OpenBLAS's
+/// Haswell kernels (medians of 7 samples alternating in one process), gptcore/numpy in one
+/// piece -> in slabs, 128 / 256 / 1024 x 768 x 2304:
+/// - one thread: float32 0.87 / 0.93 / 0.91 -> 0.97 / 0.93 / 0.96, float64 0.69 / 0.79 /
+///   0.82 -> 0.95 / 0.98 / 0.86;
+/// - two threads: float32 0.81 / 0.80 / 0.86 -> 0.90 / 0.88 / 0.87, float64 0.78 / 0.75 /
+///   0.83 -> 0.87 / 0.88 / 0.82.
+///
+/// 256 x 3072 x 768 (A is read once per slab, and here it is four times B's slab): float32
+/// 0.88 -> 0.90 on one thread (one piece on two: three group-wide slabs cannot be shared
+/// evenly), float64 0.81 -> 0.84 on one thread and 0.88 -> 0.82 on two, within this machine's
+/// noise of about 7 %.
 fn pack_by_slabs<T: GemmElement>(
     a: MatRef<'_, T>,
     b: MatRef<'_, T>,
@@ -321,51 +341,58 @@ fn pack_by_slabs<T: GemmElement>(
     c: &mut [T],
     ldc: usize,
     opts: &Options<'_, T>,
-) -> crate::Result<()> {
+) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert_eq!(k, b.rows, "inner dimensions differ");
-    assert!(ldc >= n);
+    assert!(m > 0 && n > 0 && slab > 0 && ldc >= n);
     assert!(c.len() >= (m - 1) * ldc + n, "output too short");
     assert!(opts.kernel.supported(), "kernel not supported on this CPU");
-    assert!(slab > 0);
     let kernels = T::gemm_kernels(opts.kernel);
     let kb = KBlocks::new(k, tuning::kc_max::<T>());
-    let mut buf = T::b_scratch().take(PackedB::<T>::packed_len(k, slab), "packing b")?;
+    let cptr = crate::threads::SendPtr(c.as_mut_ptr());
+    // B's values, only ever read.
+    let (bptr, brs, bcs) = (crate::threads::SendPtr(b.ptr as *mut T), b.rs, b.cs);
     T::with_a_buffer(|apack| {
         pack_a(a, &kernels, kb, apack);
-        let mut j0 = 0;
-        while j0 < n {
+        let apack = &*apack;
+        // Inside an item, the packing and the loops run on the item's thread alone (a loop
+        // started from inside another runs where it is).
+        crate::threads::parallel_for(n.div_ceil(slab), |s| {
+            let j0 = s * slab;
             let w = slab.min(n - j0);
             // SAFETY: columns j0 .. j0 + w of B, a subset of its elements.
             let part =
-                unsafe { MatRef::from_raw(b.ptr.offset(j0 as isize * b.cs), k, w, b.rs, b.cs) };
-            crate::memory::resize_for_overwrite(&mut buf, PackedB::<T>::packed_len(k, w));
-            let pb = PackedB::pack_into(part, std::mem::take(&mut buf));
-            let shifted = |mut t: Tile<'_, T>| {
-                t.j0 += j0;
-                if let Some(f) = opts.epilogue {
-                    f(t)
+                unsafe { MatRef::from_raw(bptr.get().offset(j0 as isize * bcs), k, w, brs, bcs) };
+            T::with_slab_buffer(|buf| {
+                crate::memory::resize_for_overwrite(buf, PackedB::<T>::packed_len(k, w));
+                let pb = PackedB::pack_into(part, std::mem::take(buf));
+                let shifted = |mut t: Tile<'_, T>| {
+                    t.j0 += j0;
+                    if let Some(f) = opts.epilogue {
+                        f(t)
+                    }
+                };
+                let epilogue: Option<Epilogue<'_, T>> =
+                    opts.epilogue.map(|_| &shifted as Epilogue<'_, T>);
+                // SAFETY: columns j0 .. j0 + w of C's m rows, checked above to lie inside `c`;
+                // no other slab writes them.
+                unsafe {
+                    loops::run(
+                        kernels,
+                        m,
+                        w,
+                        pb.kb,
+                        apack,
+                        &BSource::Packed(&pb),
+                        cptr.get().add(j0),
+                        ldc,
+                        epilogue,
+                    );
                 }
-            };
-            let epilogue: Option<Epilogue<'_, T>> =
-                opts.epilogue.map(|_| &shifted as Epilogue<'_, T>);
-            loops::run(
-                kernels,
-                m,
-                w,
-                pb.kb,
-                apack,
-                &BSource::Packed(&pb),
-                &mut c[j0..],
-                ldc,
-                epilogue,
-            );
-            buf = pb.into_data();
-            j0 += w;
-        }
+                *buf = pb.into_data();
+            });
+        });
     });
-    T::b_scratch().give_back(buf);
-    Ok(())
 }
 
 /// Pack A with the family's tile height and run the loops.
@@ -397,7 +424,20 @@ fn run<T: GemmElement + KernelsFor<W>, W: PanelValue>(
     let kb = b.kb();
     T::with_a_buffer(|apack| {
         pack_a(a, &kernels, kb, apack);
-        loops::run(kernels, m, n, kb, apack, b, c, ldc, opts.epilogue);
+        // SAFETY: C holds m rows of n values ldc apart (checked above), borrowed mutably here.
+        unsafe {
+            loops::run(
+                kernels,
+                m,
+                n,
+                kb,
+                apack,
+                b,
+                c.as_mut_ptr(),
+                ldc,
+                opts.epilogue,
+            )
+        };
     });
 }
 
