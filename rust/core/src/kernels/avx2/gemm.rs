@@ -10,7 +10,7 @@
 //!   1024x3072x768 57 / 38 / 40; f64 256x768x2304 35 / 22 / 27, 1024x768x3072 36 / 23 / 29.
 //!   In cache (one 6-row A panel against 8 packed panels, best of 2000 runs) it does 82-87
 //!   GFLOP/s f32 and 39-44 f64 on that machine, about its AVX2 FMA peak.
-//! - Few-rows tile kernel (`kernel_few`, row blocks of at most 12 rows, B from memory): the
+//! - Few-rows tile kernel (`kernel::<true>`, row blocks of at most 12 rows, B from memory): the
 //!   tile kernel, with the next packed panel prefetched into L2 during the second half-pass.
 //! - Wide kernel (1 to 3 rows against 4 consecutive panels): the 16 vectors per row are
 //!   taken in groups of as many as the 12 accumulators allow (1 row: 8, 2 rows: 6, 3 rows: 4).
@@ -191,54 +191,23 @@ macro_rules! avx2_impl {
                 }
             }
 
+            /// The tile kernel (`NEXT = false`), and the one for row blocks of one or two
+            /// tiles, whose B panels come from memory (`NEXT = true`): there the second
+            /// half-panel pass of a 4- to 6-row tile prefetches the next packed panel into L2,
+            /// so that memory keeps working while the tile computes (with the AVX2 path's half
+            /// as many lanes, computing takes about as long as fetching at 6 to 8 rows, and the
+            /// two otherwise take turns). With the AVX2 path forced on the 2-core Sapphire
+            /// Rapids Xeon (medians of 9 runs alternating the two in one process, products over
+            /// 340 MB of GPT-2 small weights, one thread): 6 rows 35.7 -> 32.6 ms, 8 rows 44.6
+            /// -> 41.4 ms; a GPT-2 small forward over 8 tokens 65.9 -> 62.5 ms (one thread),
+            /// 40.1 -> 38.5 ms (two). On many row tiles, whose panels come from L2, the same
+            /// prefetches cost 5-10 % (load slots), hence two kernels.
+            ///
             /// # Safety
             /// The CPU supports AVX2 and FMA; `a` holds `kc * MR` values; `b` holds `kc` rows
             /// of NR readable values `ldb` apart; C has `rows` (<= MR) rows of `cols` writable
             /// values `ldc` apart.
-            pub unsafe fn kernel(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
-            ) {
-                tile_rows::<false>(rows, cols, kc, a, b, ldb, c, ldc, accumulate)
-            }
-
-            /// The tile kernel for row blocks of one or two tiles, whose B panels come from
-            /// memory: the second half-panel pass of a 4- to 6-row tile prefetches the next
-            /// packed panel into L2, so that memory keeps working while the tile computes (with
-            /// the AVX2 path's half as many lanes, computing takes about as long as fetching at
-            /// 6 to 8 rows, and the two otherwise take turns). With the AVX2 path forced on
-            /// the 2-core Sapphire Rapids Xeon (medians of 9 runs alternating with the plain
-            /// tile kernel in one process, products over 340 MB of GPT-2 small weights, one
-            /// thread): 6 rows 35.7 -> 32.6 ms, 8 rows 44.6 -> 41.4 ms; a GPT-2 small forward
-            /// over 8 tokens 65.9 -> 62.5 ms (one thread), 40.1 -> 38.5 ms (two). On many row
-            /// tiles, whose panels come from L2, the same prefetches cost 5-10 % (load slots),
-            /// hence a kernel of its own.
-            ///
-            /// # Safety
-            /// As for [`kernel`].
-            pub unsafe fn kernel_few(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
-            ) {
-                tile_rows::<true>(rows, cols, kc, a, b, ldb, c, ldc, accumulate)
-            }
-
-            #[inline(always)]
-            unsafe fn tile_rows<const NEXT: bool>(
+            pub unsafe fn kernel<const NEXT: bool>(
                 rows: usize,
                 cols: usize,
                 kc: usize,
@@ -534,9 +503,5 @@ avx2_impl!(
     _mm256_fmadd_pd
 );
 
-pub use f32k::{
-    kernel as kernel_f32, kernel_few as kernel_few_f32, stream as stream_f32, wide as wide_f32,
-};
-pub use f64k::{
-    kernel as kernel_f64, kernel_few as kernel_few_f64, stream as stream_f64, wide as wide_f64,
-};
+pub use f32k::{kernel as kernel_f32, stream as stream_f32, wide as wide_f32};
+pub use f64k::{kernel as kernel_f64, stream as stream_f64, wide as wide_f64};

@@ -19,8 +19,8 @@ impl Family for Avx2 {
     fn gemm_f32() -> GemmKernels<f32> {
         GemmKernels {
             mr: gemm::MR_F32,
-            tile: gemm::kernel_f32,
-            tile_few: Some(gemm::kernel_few_f32),
+            tile: gemm::kernel_f32::<false>,
+            tile_few: Some(gemm::kernel_f32::<true>),
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
@@ -30,8 +30,8 @@ impl Family for Avx2 {
     fn gemm_f64() -> GemmKernels<f64> {
         GemmKernels {
             mr: gemm::MR_F64,
-            tile: gemm::kernel_f64,
-            tile_few: Some(gemm::kernel_few_f64),
+            tile: gemm::kernel_f64::<false>,
+            tile_few: Some(gemm::kernel_f64::<true>),
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(pack::pack_rows_f64::<6>),
