@@ -44,9 +44,11 @@ pub enum Rhs<'a, T: Element> {
     /// A this beats packing B first (which reads and writes all of B once more than the
     /// product does).
     InPlace(MatRef<'a, T>),
-    /// A plain matrix (any strides) packed for this product only, into memory kept from
-    /// earlier calls when there is some of the right size: fresh memory costs a page fault and
-    /// a zeroing pass per page on first touch, as much as packing itself.
+    /// A plain matrix (any strides) packed for this product only: for more than a tile
+    /// quantum of rows, in slabs of columns that each thread packs and multiplies in its own
+    /// cache (`pack_by_slabs`); otherwise in one piece, into memory kept from earlier calls
+    /// when there is some of the right size (fresh memory costs a page fault and a zeroing
+    /// pass per page on first touch, as much as packing itself).
     PackHere(MatRef<'a, T>),
 }
 
@@ -228,10 +230,12 @@ pub fn gemm<T: GemmElement>(
 ) -> crate::Result<()> {
     match b {
         Rhs::Packed(p) => run(a, &BSource::Packed(p), c, ldc, opts),
-        Rhs::PackHere(v) if slab_cols::<T>(a.rows, v.rows, v.cols) < v.cols => {
-            pack_by_slabs(a, v, slab_cols::<T>(a.rows, v.rows, v.cols), c, ldc, opts)
-        }
         Rhs::PackHere(v) => {
+            let slab = slab_cols::<T>(a.rows, v.rows, v.cols);
+            if slab < v.cols {
+                pack_by_slabs(a, v, slab, c, ldc, opts);
+                return Ok(());
+            }
             let len = PackedB::<T>::packed_len(v.rows, v.cols);
             let buf = T::b_scratch().take(len, "packing b")?;
             let pb = PackedB::pack_into(v, buf);
@@ -284,7 +288,7 @@ pub fn gemm_packed<T: GemmElement + KernelsFor<W>, W: PanelValue>(
     run(a, &BSource::Packed(b), c, ldc, opts)
 }
 
-/// Bytes of one slab of B packed for a product with `Rhs::PackHere` (see [`pack_by_slabs`]):
+/// Bytes of one slab of B packed for a product with `Rhs::PackHere` (see `pack_by_slabs`):
 /// half of a 2 MiB L2 cache.
 pub const SLAB_BYTES: usize = 1 << 20;
 
