@@ -231,7 +231,7 @@ pub fn gemm<T: GemmElement>(
     match b {
         Rhs::Packed(p) => run(a, &BSource::Packed(p), c, ldc, opts),
         Rhs::PackHere(v) => {
-            let slab = slab_cols::<T>(a.rows, v.rows, v.cols);
+            let slab = slab_cols::<T>(a.rows, v.rows, v.cols, crate::threads::num_threads());
             if slab < v.cols {
                 pack_by_slabs(a, v, slab, c, ldc, opts);
                 return Ok(());
@@ -293,26 +293,31 @@ pub fn gemm_packed<T: GemmElement + KernelsFor<W>, W: PanelValue>(
 pub const SLAB_BYTES: usize = 1 << 20;
 
 /// Columns of the slabs that B is packed in for a `Rhs::PackHere` product of `m` rows against
-/// a (k x n) B, or `n` (one piece). Slabs of at most [`SLAB_BYTES`], as few as can be, their
+/// a (k x n) B on `threads` threads, or `n` (one piece). Slabs of at most [`SLAB_BYTES`], as few as can be, their
 /// count a multiple of the thread count (each thread takes whole slabs), of equal widths in
 /// whole panels; but never narrower than a column group of the loops (A is read once per
 /// slab, as it is once per group in one piece). One piece for a row block of at most one tile
-/// quantum (each slab would be used by one tile), for a B that fits one slab, and where the
-/// group width leaves too few slabs to share out evenly.
-fn slab_cols<T: Element>(m: usize, k: usize, n: usize) -> usize {
+/// quantum (each slab would be used by one tile), for a B that fits one slab, where the group
+/// width leaves too few slabs to share out evenly, and where a group-wide slab is more than
+/// four times [`SLAB_BYTES`] (a deep B: no cache holds such a slab, and each thread keeps its
+/// slab buffer between products).
+fn slab_cols<T: Element>(m: usize, k: usize, n: usize, threads: usize) -> usize {
     let bytes = PackedB::<T>::packed_len(k, n).saturating_mul(std::mem::size_of::<T>());
     let count = bytes.div_ceil(tuning::slab_bytes());
     if m <= loops::ROW_QUANTUM || count <= 1 {
         return n;
     }
-    let threads = crate::threads::num_threads();
     let group = tuning::nc_panels() * T::NR;
     let cols = n
         .div_ceil(count.div_ceil(threads) * threads)
         .next_multiple_of(T::NR)
         .max(group);
     let count = n.div_ceil(cols);
-    if count <= 1 || (count % threads != 0 && count < 4 * threads) {
+    let slab_bytes = PackedB::<T>::packed_len(k, cols).saturating_mul(std::mem::size_of::<T>());
+    if count <= 1
+        || (count % threads != 0 && count < 4 * threads)
+        || slab_bytes > 4 * tuning::slab_bytes()
+    {
         n
     } else {
         cols

@@ -678,6 +678,32 @@ fn neon_is_available_on_aarch64() {
     assert_eq!(Kernel::from_name("neon"), Some(Kernel::Neon));
 }
 
+/// Slab widths: whole panels, at least a column group, a count the threads share evenly, and
+/// one piece for few rows, a B of one slab, or a deep B whose group-wide slab is too large.
+#[test]
+fn slab_widths() {
+    let group = tuning::nc_panels() * f32::NR;
+    for t in [1usize, 2, 3] {
+        // 768 x 2304 float32 (7 MiB packed): 7, 8 or 9 slabs.
+        let cols = slab_cols::<f32>(256, 768, 2304, t);
+        assert!(
+            cols % f32::NR == 0 && cols >= group && cols < 2304,
+            "{t}: {cols}"
+        );
+        assert_eq!(2304usize.div_ceil(cols) % t, 0, "{t}: {cols}");
+        assert_eq!(
+            slab_cols::<f32>(12, 768, 2304, t),
+            2304,
+            "a tile quantum of rows"
+        );
+        assert_eq!(slab_cols::<f32>(256, 64, 2304, t), 2304, "one slab");
+        assert_eq!(slab_cols::<f32>(256, 50257, 768, t), 768, "a deep B");
+    }
+    // 3072 x 768: three group-wide slabs, not shared evenly by two threads.
+    assert!(slab_cols::<f32>(256, 3072, 768, 1) < 768);
+    assert_eq!(slab_cols::<f32>(256, 3072, 768, 2), 768);
+}
+
 /// A plain B packed for the product in slabs of columns (the `Rhs::PackHere` path): the
 /// reference's bits for every kernel on 1 to 3 threads, slabs of 1, 4 and 8 panels with a last
 /// one narrower than the others, a depth of several blocks, and the epilogue seeing every
