@@ -505,6 +505,67 @@ fn column_chunks_of_a_large_b_match_reference() {
     tuning::B_CHUNK_FOR_TESTS.store(0, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// C for a kernel called directly: `rows` rows of `cols` starting values `c0`, `ldc` apart,
+/// with a row of `sentinel` before and after and `sentinel` past column `cols`; the kernel
+/// gets the buffer from its second row on.
+fn c_between_sentinels<T: Element>(
+    c0: &[T],
+    rows: usize,
+    cols: usize,
+    ldc: usize,
+    sentinel: T,
+) -> Vec<T> {
+    let mut c = vec![sentinel; (rows + 2) * ldc];
+    for i in 0..rows {
+        c[(i + 1) * ldc..(i + 1) * ldc + cols].copy_from_slice(&c0[i * cols..(i + 1) * cols]);
+    }
+    c
+}
+
+/// The contract's chain for a kernel called directly: packed A (`mr` values per depth step),
+/// `kc` steps, C starting from `c0` (or zero).
+struct Chain<'a, T> {
+    a: &'a [T],
+    mr: usize,
+    kc: usize,
+    c0: Option<&'a [T]>,
+    sentinel: T,
+}
+
+impl<T: Element> Chain<'_, T> {
+    /// Every value of `c` (made by [`c_between_sentinels`]) against the chain with B's value
+    /// at (step, column) from `b_at`, bit for bit; the sentinels unchanged.
+    fn check(
+        &self,
+        c: &[T],
+        rows: usize,
+        cols: usize,
+        ldc: usize,
+        b_at: impl Fn(usize, usize) -> T,
+        what: impl Fn() -> String,
+    ) {
+        for (idx, v) in c.iter().enumerate() {
+            let (r, j) = (idx / ldc, idx % ldc);
+            let want = if r >= 1 && r <= rows && j < cols {
+                let i = r - 1;
+                let mut acc = self.c0.map_or(T::ZERO, |c0| c0[i * cols + j]);
+                for kk in 0..self.kc {
+                    acc = self.a[kk * self.mr + i].mul_add(b_at(kk, j), acc);
+                }
+                acc
+            } else {
+                self.sentinel
+            };
+            assert_eq!(
+                v.to_f64().to_bits(),
+                want.to_f64().to_bits(),
+                "{} at ({r}, {j})",
+                what()
+            );
+        }
+    }
+}
+
 /// Each micro-kernel called directly, against the contract's chain: every live row count,
 /// every column count of a panel, depths 0-9 and 17 (every remainder of an unrolled depth
 /// loop), from zero and continuing from C. Pad rows of A and B's columns past `cols` are NaN,
@@ -540,12 +601,8 @@ fn micro_kernels_called_directly_match_the_chain() {
                                 }
                                 for accumulate in [false, true] {
                                     let ldc = nr + 3;
-                                    let mut c = vec![sentinel; (rows + 2) * ldc];
                                     let c0 = random::<T>(&mut rng, rows * cols);
-                                    for i in 0..rows {
-                                        c[(i + 1) * ldc..(i + 1) * ldc + cols]
-                                            .copy_from_slice(&c0[i * cols..(i + 1) * cols]);
-                                    }
+                                    let mut c = c_between_sentinels(&c0, rows, cols, ldc, sentinel);
                                     unsafe {
                                         tile(
                                             rows,
@@ -559,30 +616,27 @@ fn micro_kernels_called_directly_match_the_chain() {
                                             accumulate,
                                         )
                                     };
-                                    for (idx, v) in c.iter().enumerate() {
-                                        let (r, j) = (idx / ldc, idx % ldc);
-                                        let want = if r >= 1 && r <= rows && j < cols {
-                                            let i = r - 1;
-                                            let mut acc = if accumulate {
-                                                c0[i * cols + j]
-                                            } else {
-                                                T::ZERO
-                                            };
-                                            for kk in 0..kc {
-                                                acc = a[kk * mr + i].mul_add(b[kk * ldb + j], acc);
-                                            }
-                                            acc
-                                        } else {
-                                            sentinel
-                                        };
-                                        assert_eq!(
-                                            v.to_f64().to_bits(),
-                                            want.to_f64().to_bits(),
-                                            "{} {kernel:?} rows={rows} cols={cols} kc={kc} \
-                                         ldb={ldb} acc={accumulate} at ({r}, {j})",
-                                            T::NAME
-                                        );
-                                    }
+                                    let chain = Chain {
+                                        a: &a,
+                                        mr,
+                                        kc,
+                                        c0: accumulate.then_some(&c0[..]),
+                                        sentinel,
+                                    };
+                                    chain.check(
+                                        &c,
+                                        rows,
+                                        cols,
+                                        ldc,
+                                        |kk, j| b[kk * ldb + j],
+                                        || {
+                                            format!(
+                                                "{} {kernel:?} rows={rows} cols={cols} kc={kc} \
+                                             ldb={ldb} acc={accumulate}",
+                                                T::NAME
+                                            )
+                                        },
+                                    );
                                 }
                                 // Restore the columns for the next width.
                                 for kk in 0..kc {
@@ -614,12 +668,8 @@ fn micro_kernels_called_directly_match_the_chain() {
                                 |kk: usize, j: usize| b[(j / nr) * bstride + kk * ldb + j % nr];
                             for accumulate in [false, true] {
                                 let ldc = 4 * nr + 2;
-                                let mut c = vec![sentinel; (rows + 2) * ldc];
                                 let c0 = random::<T>(&mut rng, rows * cols);
-                                for i in 0..rows {
-                                    c[(i + 1) * ldc..(i + 1) * ldc + cols]
-                                        .copy_from_slice(&c0[i * cols..(i + 1) * cols]);
-                                }
+                                let mut c = c_between_sentinels(&c0, rows, cols, ldc, sentinel);
                                 unsafe {
                                     wide(
                                         rows,
@@ -634,30 +684,20 @@ fn micro_kernels_called_directly_match_the_chain() {
                                         accumulate,
                                     )
                                 };
-                                for (idx, v) in c.iter().enumerate() {
-                                    let (r, j) = (idx / ldc, idx % ldc);
-                                    let want = if r >= 1 && r <= rows && j < cols {
-                                        let i = r - 1;
-                                        let mut acc = if accumulate {
-                                            c0[i * cols + j]
-                                        } else {
-                                            T::ZERO
-                                        };
-                                        for kk in 0..kc {
-                                            acc = a[kk * mr + i].mul_add(bat(kk, j), acc);
-                                        }
-                                        acc
-                                    } else {
-                                        sentinel
-                                    };
-                                    assert_eq!(
-                                        v.to_f64().to_bits(),
-                                        want.to_f64().to_bits(),
+                                let chain = Chain {
+                                    a: &a,
+                                    mr,
+                                    kc,
+                                    c0: accumulate.then_some(&c0[..]),
+                                    sentinel,
+                                };
+                                chain.check(&c, rows, cols, ldc, bat, || {
+                                    format!(
                                         "{} {kernel:?} wide rows={rows} cols_last={cols_last} \
-                                         kc={kc} ldb={ldb} acc={accumulate} at ({r}, {j})",
+                                         kc={kc} ldb={ldb} acc={accumulate}",
                                         T::NAME
-                                    );
-                                }
+                                    )
+                                });
                             }
                         }
                     }
