@@ -120,6 +120,37 @@ def test_few_rows_against_a_wide_plain_b(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_plain_b_with_rows_a_multiple_of_2_kib_apart(dtype):
+    # 9 to 64 rows read a plain b in place; with its rows 2 or 4 KiB apart (their steps share
+    # L1 sets), the AVX2 kernels copy each panel in the first row tile and the other tiles
+    # read the copy: the same bits as the packed product and the reference, on every kernel
+    # and thread count, for b as the left part of a wider array and as a whole array.
+    rng = np.random.default_rng(23)
+    k, n = 400, 250
+    itemsize = np.dtype(dtype).itemsize
+    bs = []
+    for stride_bytes in (2048, 4096):
+        wider = np.full((k, stride_bytes // itemsize), np.nan, dtype)
+        wider[:, :n] = rng.standard_normal((k, n))
+        bs.append(wider[:, :n])
+    bs.append(rng.standard_normal((k, 4096 // itemsize)).astype(dtype))
+    before = gptcore.get_num_threads()
+    try:
+        for b in bs:
+            pb = gptcore.PackedMatrix(np.ascontiguousarray(b))
+            for m in (9, 13, 40, 64):
+                a = rng.standard_normal((m, k)).astype(dtype)
+                want = gptcore.matmul_reference(a, np.ascontiguousarray(b))
+                assert np.array_equal(gptcore.matmul(a, pb), want)
+                for kern in KERNELS:
+                    for threads in (1, 2):
+                        gptcore.set_num_threads(threads)
+                        assert np.array_equal(gptcore.matmul(a, b, kernel=kern), want), (kern, m, threads)
+    finally:
+        gptcore.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_b_packed_in_the_call_into_kept_memory(dtype):
     # More than 64 rows pack a plain b for the call, into memory kept from an earlier call
     # when there is some of the right size. A first product leaves NaN there; the next b has

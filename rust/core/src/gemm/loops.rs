@@ -9,6 +9,9 @@
 //!                 panels at once, for a row block of at most WIDE_ROWS rows)
 //! ```
 //!
+//! For B read in place with rows that share L1 sets, the first row tile of LOOP 2 copies the
+//! panels it reads and the others read the copy (see `macro_kernel`).
+//!
 //! Every item computes a disjoint block of C through all depth blocks in order, so each element's
 //! chain is continued block after block by one thread (the exactness contract).
 
@@ -244,6 +247,71 @@ fn macro_kernel<T: Element, W: PanelValue>(
         Some(few) if i1 - i0 <= ROW_QUANTUM => few,
         _ => kernels.tile,
     };
+    if let (Some(tile_copy), true) = (kernels.tile_copy, i1 - i0 > mr && b.rows_share_l1_sets()) {
+        // B read in place with its rows a multiple of 2 KiB apart: the depth steps of a
+        // panel fall in one or two of the L1 cache's 64 sets, which hold 16-24 of its lines, so
+        // a family whose tile reads the panel in several passes finds none of it in L1 again
+        // and every row tile reads it from L2. Instead the first row tile copies each panel as
+        // it reads it (from memory) into a packed buffer of this thread, and the other row
+        // tiles read that copy.
+        let nr = W::PANEL_NR;
+        return with_group_buffer::<W, _>((g1 - jp) * kc * nr, |buf| {
+            let copy = |q: usize| buf.wrapping_add((q - jp) * kc * nr);
+            let rows = mr.min(i1 - i0);
+            let ap = ablock[(i0 / mr) * mr * kc..].as_ptr();
+            for q in jp..g1 {
+                let j0 = q * nr;
+                let (bp, ldb) = b.panel(p, q);
+                let cols = nr.min(n - j0);
+                // SAFETY: as for the tile kernel below; the buffer holds kc steps of NR
+                // values for each panel of the group from jp.
+                unsafe {
+                    tile_copy(
+                        rows,
+                        cols,
+                        kc,
+                        ap,
+                        bp,
+                        ldb,
+                        out.at(i0, j0),
+                        out.ldc,
+                        p > 0,
+                        copy(q),
+                    );
+                }
+                if last {
+                    out.finish(i0, i0 + rows, j0, cols);
+                }
+            }
+            let mut i = i0 + rows;
+            while i < i1 {
+                let rows = mr.min(i1 - i);
+                let ap = ablock[(i / mr) * mr * kc..].as_ptr();
+                for q in jp..g1 {
+                    let j0 = q * nr;
+                    let cols = nr.min(n - j0);
+                    // SAFETY: the copy of panel q, kc packed steps of NR values.
+                    unsafe {
+                        tile(
+                            rows,
+                            cols,
+                            kc,
+                            ap,
+                            copy(q),
+                            nr,
+                            out.at(i, j0),
+                            out.ldc,
+                            p > 0,
+                        );
+                    }
+                    if last {
+                        out.finish(i, i + rows, j0, cols);
+                    }
+                }
+                i += rows;
+            }
+        });
+    }
     // LOOP 2: row tiles.
     let mut i = i0;
     while i < i1 {
@@ -265,4 +333,26 @@ fn macro_kernel<T: Element, W: PanelValue>(
         }
         i += rows;
     }
+}
+
+thread_local! {
+    /// The buffer of `with_group_buffer`, kept between products (at most a column group of
+    /// one depth block: 384 KiB for float32, 256 KiB for float64).
+    static GROUP_COPY: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `f` on room for `len` values of `W` in this thread's buffer for copied panels (a fresh one
+/// when the thread's own is in use further up its stack).
+fn with_group_buffer<W: Copy, R>(len: usize, f: impl FnOnce(*mut W) -> R) -> R {
+    let words = (len * std::mem::size_of::<W>()).div_ceil(8);
+    let run = |v: &mut Vec<u64>| {
+        if v.len() < words {
+            v.resize(words, 0);
+        }
+        f(v.as_mut_ptr() as *mut W)
+    };
+    GROUP_COPY.with(|b| match b.try_borrow_mut() {
+        Ok(mut v) => run(&mut v),
+        Err(_) => run(&mut Vec::new()),
+    })
 }

@@ -566,10 +566,18 @@ impl<T: Element> Chain<'_, T> {
     }
 }
 
+/// A tile kernel of a family, plain or copying the panel it reads.
+#[derive(Clone, Copy)]
+enum Entry<T: 'static> {
+    Tile(crate::kernels::TileFn<T>),
+    Copy(crate::kernels::TileCopyFn<T>),
+}
+
 /// Each micro-kernel called directly, against the contract's chain: every live row count,
 /// every column count of a panel, depths 0-9 and 17 (every remainder of an unrolled depth
 /// loop), from zero and continuing from C. Pad rows of A and B's columns past `cols` are NaN,
 /// and C sits in a sentinel-filled buffer: reading the one or writing outside the other shows.
+/// A copying tile kernel's copy holds the panel's every value bit for bit, and nothing past it.
 #[test]
 fn micro_kernels_called_directly_match_the_chain() {
     fn check<T: GemmElement>() {
@@ -580,8 +588,13 @@ fn micro_kernels_called_directly_match_the_chain() {
         for kernel in available() {
             let spec = T::gemm_kernels(kernel);
             let mr = spec.mr;
-            // The tile kernel and its few-rows variant, where the family has one.
-            for tile in std::iter::once(spec.tile).chain(spec.tile_few) {
+            // The tile kernel, its few-rows variant and its copying one, where the family has
+            // them.
+            let entries = [Some(Entry::Tile(spec.tile)), spec.tile_few.map(Entry::Tile)]
+                .into_iter()
+                .chain([spec.tile_copy.map(Entry::Copy)])
+                .flatten();
+            for entry in entries {
                 for kc in (0..=9).chain([17]) {
                     // B: kc steps of NR values, read in place (ldb > NR) and packed (ldb == NR);
                     // four panels of it for the wide kernel.
@@ -603,19 +616,44 @@ fn micro_kernels_called_directly_match_the_chain() {
                                     let ldc = nr + 3;
                                     let c0 = random::<T>(&mut rng, rows * cols);
                                     let mut c = c_between_sentinels(&c0, rows, cols, ldc, sentinel);
-                                    unsafe {
-                                        tile(
-                                            rows,
-                                            cols,
-                                            kc,
-                                            a.as_ptr(),
-                                            b.as_ptr(),
-                                            ldb,
-                                            c.as_mut_ptr().add(ldc),
-                                            ldc,
-                                            accumulate,
-                                        )
-                                    };
+                                    // The copy's room, and one sentinel past it.
+                                    let mut copy = vec![sentinel; kc * nr + 1];
+                                    let cp = unsafe { c.as_mut_ptr().add(ldc) };
+                                    let (ap, bp) = (a.as_ptr(), b.as_ptr());
+                                    match entry {
+                                        Entry::Tile(tile) => unsafe {
+                                            tile(rows, cols, kc, ap, bp, ldb, cp, ldc, accumulate)
+                                        },
+                                        Entry::Copy(tile) => unsafe {
+                                            tile(
+                                                rows,
+                                                cols,
+                                                kc,
+                                                ap,
+                                                bp,
+                                                ldb,
+                                                cp,
+                                                ldc,
+                                                accumulate,
+                                                copy.as_mut_ptr(),
+                                            )
+                                        },
+                                    }
+                                    if let Entry::Copy(_) = entry {
+                                        // Every value of the panel, NaN columns too, bit for bit.
+                                        for kk in 0..kc {
+                                            for j in 0..nr {
+                                                assert_eq!(
+                                                    copy[kk * nr + j].to_f64().to_bits(),
+                                                    b[kk * ldb + j].to_f64().to_bits(),
+                                                    "{} {kernel:?} copy rows={rows} cols={cols} \
+                                                     kc={kc} ldb={ldb} at ({kk}, {j})",
+                                                    T::NAME
+                                                );
+                                            }
+                                        }
+                                        assert!(copy[kc * nr] == sentinel, "copied past the panel");
+                                    }
                                     let chain = Chain {
                                         a: &a,
                                         mr,
@@ -742,6 +780,99 @@ fn slab_widths() {
     // 3072 x 768: three group-wide slabs, not shared evenly by two threads.
     assert!(slab_cols::<f32>(256, 3072, 768, 1) < 768);
     assert_eq!(slab_cols::<f32>(256, 3072, 768, 2), 768);
+}
+
+/// B read in place with rows a multiple of 2 KiB apart, where a family with a copying tile
+/// kernel (AVX2) has the first row tile copy each panel and the others read the copy: the
+/// reference's bits for every kernel on 1 and 3 threads, row blocks of one tile to several, a
+/// partial last panel and column groups past the first, one and several depth blocks, and the
+/// epilogue seeing every element once.
+#[test]
+fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
+    #[cfg(target_arch = "x86_64")]
+    if Kernel::Avx2.supported() {
+        // Not a vacuous test where AVX2 runs: its kernels take the copying path here.
+        use crate::kernels::HasKernels;
+        assert!(f32::gemm_kernels(Kernel::Avx2).tile_copy.is_some());
+        assert!(f64::gemm_kernels(Kernel::Avx2).tile_copy.is_some());
+    }
+    fn check<T: GemmElement>() {
+        let before = threads::num_threads();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(91);
+        let nr = T::NR;
+        for ldb in [
+            2048 / std::mem::size_of::<T>(),
+            4096 / std::mem::size_of::<T>(),
+        ] {
+            for (m, k, n) in [
+                (7usize, 5usize, nr - 1),
+                (25, T::KC_MAX + 7, 9 * nr + 5),
+                (64, 40, 9 * nr + 5),
+                (13, T::KC_MAX + 7, 2 * nr),
+            ] {
+                let a = random::<T>(&mut rng, m * k);
+                let b = random::<T>(&mut rng, k * n);
+                let mut want = vec![T::ZERO; m * n];
+                gemm_reference(
+                    MatRef::from_slice(&a, m, k),
+                    MatRef::from_slice(&b, k, n),
+                    &mut want,
+                );
+                // B's rows ldb apart, NaN between them.
+                let mut wide_b = vec![T::from_f64(f64::NAN); k * ldb];
+                for r in 0..k {
+                    wide_b[r * ldb..r * ldb + n].copy_from_slice(&b[r * n..(r + 1) * n]);
+                }
+                let bview = unsafe { MatRef::from_raw(wide_b.as_ptr(), k, n, ldb as isize, 1) };
+                for kernel in available() {
+                    for nthreads in [1, 3] {
+                        threads::set_num_threads(nthreads).unwrap();
+                        let ldc = n + 3;
+                        let mut c = vec![T::from_f64(9.5); m * ldc];
+                        let seen = std::sync::Mutex::new(vec![0u8; m * n]);
+                        let mark = |t: Tile<'_, T>| {
+                            let mut s = seen.lock().unwrap();
+                            for r in 0..t.rows {
+                                for j in 0..t.cols {
+                                    s[(t.i0 + r) * n + t.j0 + j] += 1;
+                                }
+                            }
+                        };
+                        let opts = Options {
+                            kernel,
+                            epilogue: Some(&mark),
+                        };
+                        let av = MatRef::from_slice(&a, m, k);
+                        gemm(av, Rhs::InPlace(bview), &mut c, ldc, &opts).unwrap();
+                        for i in 0..m {
+                            for j in 0..ldc {
+                                let w = if j < n {
+                                    want[i * n + j]
+                                } else {
+                                    T::from_f64(9.5)
+                                };
+                                assert_eq!(
+                                    c[i * ldc + j].to_f64().to_bits(),
+                                    w.to_f64().to_bits(),
+                                    "{} {} ldb={ldb} m={m} k={k} n={n} threads={nthreads} \
+                                     at ({i}, {j})",
+                                    kernel.name(),
+                                    T::NAME
+                                );
+                            }
+                        }
+                        assert!(
+                            seen.into_inner().unwrap().iter().all(|&x| x == 1),
+                            "each element once"
+                        );
+                    }
+                }
+            }
+        }
+        threads::set_num_threads(before).unwrap();
+    }
+    check::<f32>();
+    check::<f64>();
 }
 
 /// A plain B packed for the product in slabs of columns (the `Rhs::PackHere` path): the

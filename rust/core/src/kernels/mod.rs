@@ -8,7 +8,8 @@
 //!   the row tiles work is shared out in);
 //! * the **tile kernel** ([`TileFn`]), the one that does the work of large products, and
 //!   optionally a variant of it for row blocks of one or two tiles (`tile_few`: B from memory,
-//!   so it may prefetch ahead of the panel it reads);
+//!   so it may prefetch ahead of the panel it reads), and one that copies the panel it reads
+//!   (`tile_copy`, for B read in place whose rows share L1 sets);
 //! * optionally a **wide kernel** ([`WideFn`], 1 to [`WIDE_ROWS`] rows against four panels) and a
 //!   **stream kernel** ([`StreamFn`], 1 to [`STREAM_ROWS`] rows against B read in place);
 //! * optionally a **panel packer** for A ([`PackPanelFn`]);
@@ -50,6 +51,12 @@ use crate::Element;
 pub type TileFn<T, W = T> =
     unsafe fn(usize, usize, usize, *const T, *const W, usize, *mut T, usize, bool);
 
+/// The tile kernel's arguments, then `dst`: the tile kernel that also copies the B panel it
+/// reads, all NR values of each of its `kc` steps (`ldb` apart), bit for bit into `dst`, NR
+/// values a step.
+pub type TileCopyFn<T, W = T> =
+    unsafe fn(usize, usize, usize, *const T, *const W, usize, *mut T, usize, bool, *mut W);
+
 /// `(rows, cols_last, kc, a_panel, b_panel, ldb, b_stride, c, ldc, accumulate)`: up to
 /// [`WIDE_ROWS`] rows against 4 consecutive B panels (`b_stride` apart), the last with
 /// `cols_last` live columns.
@@ -86,6 +93,11 @@ pub struct GemmKernels<T, W = T> {
     /// many row tiles that traffic only takes load slots from the panels already in cache).
     /// `None`: the plain tile kernel serves.
     pub tile_few: Option<TileFn<T, W>>,
+    /// The tile kernel copying the panel it reads ([`TileCopyFn`]), for a family whose tile
+    /// reads a panel in several passes: for B read in place with rows that share L1 sets, a
+    /// row block's first tile copies each panel and the other tiles read the copy. `None`:
+    /// every tile reads B in place.
+    pub tile_copy: Option<TileCopyFn<T, W>>,
     pub wide: Option<WideFn<T, W>>,
     pub stream: Option<StreamFn<T, W>>,
     pub pack_a_panel: Option<PackPanelFn<T>>,

@@ -54,6 +54,7 @@ pub fn half_kernels<T: Element, H: HalfFormat>() -> GemmKernels<T, H> {
         mr: MR,
         tile: kernel::<T, H>,
         tile_few: None,
+        tile_copy: None,
         wide: None,
         stream: None,
         pack_a_panel: None,
