@@ -782,6 +782,58 @@ fn slab_widths() {
     assert_eq!(slab_cols::<f32>(256, 3072, 768, 2), 768);
 }
 
+/// Runs `product` (C = A B into `c`, row stride `ldc`, with `opts`) with `kernel` and an
+/// epilogue that checks every element it is handed against `want` at its own (global)
+/// position; then checks C bit for bit, the padding past its `n` columns untouched, and that
+/// the epilogue saw each element exactly once.
+fn check_with_epilogue<T: GemmElement>(
+    m: usize,
+    n: usize,
+    want: &[T],
+    product: impl FnOnce(&mut [T], usize, &Options<'_, T>),
+    kernel: Kernel,
+    what: impl Fn() -> String,
+) {
+    let ldc = n + 3;
+    let pad = T::from_f64(9.5);
+    let mut c = vec![pad; m * ldc];
+    let seen = std::sync::Mutex::new(vec![0u8; m * n]);
+    let mark = |mut t: Tile<'_, T>| {
+        let mut s = seen.lock().unwrap();
+        for r in 0..t.rows {
+            let row = t.row(r).to_vec();
+            for (j, v) in row.iter().enumerate() {
+                let idx = (t.i0 + r) * n + t.j0 + j;
+                s[idx] += 1;
+                assert_eq!(v.to_f64().to_bits(), want[idx].to_f64().to_bits());
+            }
+        }
+    };
+    let opts = Options {
+        kernel,
+        epilogue: Some(&mark),
+    };
+    product(&mut c, ldc, &opts);
+    for i in 0..m {
+        for j in 0..ldc {
+            let w = if j < n { want[i * n + j] } else { pad };
+            assert_eq!(
+                c[i * ldc + j].to_f64().to_bits(),
+                w.to_f64().to_bits(),
+                "{} {} {} at ({i}, {j})",
+                kernel.name(),
+                T::NAME,
+                what()
+            );
+        }
+    }
+    assert!(
+        seen.into_inner().unwrap().iter().all(|&x| x == 1),
+        "each element once: {}",
+        what()
+    );
+}
+
 /// B read in place with rows a multiple of 2 KiB apart, where a family with a copying tile
 /// kernel (AVX2) has the first row tile copy each panel and the others read the copy: the
 /// reference's bits for every kernel on 1 and 3 threads, row blocks of one tile to several, a
@@ -827,43 +879,14 @@ fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
                 for kernel in available() {
                     for nthreads in [1, 3] {
                         threads::set_num_threads(nthreads).unwrap();
-                        let ldc = n + 3;
-                        let mut c = vec![T::from_f64(9.5); m * ldc];
-                        let seen = std::sync::Mutex::new(vec![0u8; m * n]);
-                        let mark = |t: Tile<'_, T>| {
-                            let mut s = seen.lock().unwrap();
-                            for r in 0..t.rows {
-                                for j in 0..t.cols {
-                                    s[(t.i0 + r) * n + t.j0 + j] += 1;
-                                }
-                            }
-                        };
-                        let opts = Options {
-                            kernel,
-                            epilogue: Some(&mark),
-                        };
                         let av = MatRef::from_slice(&a, m, k);
-                        gemm(av, Rhs::InPlace(bview), &mut c, ldc, &opts).unwrap();
-                        for i in 0..m {
-                            for j in 0..ldc {
-                                let w = if j < n {
-                                    want[i * n + j]
-                                } else {
-                                    T::from_f64(9.5)
-                                };
-                                assert_eq!(
-                                    c[i * ldc + j].to_f64().to_bits(),
-                                    w.to_f64().to_bits(),
-                                    "{} {} ldb={ldb} m={m} k={k} n={n} threads={nthreads} \
-                                     at ({i}, {j})",
-                                    kernel.name(),
-                                    T::NAME
-                                );
-                            }
-                        }
-                        assert!(
-                            seen.into_inner().unwrap().iter().all(|&x| x == 1),
-                            "each element once"
+                        check_with_epilogue(
+                            m,
+                            n,
+                            &want,
+                            |c, ldc, opts| gemm(av, Rhs::InPlace(bview), c, ldc, opts).unwrap(),
+                            kernel,
+                            || format!("ldb={ldb} m={m} k={k} n={n} threads={nthreads}"),
                         );
                     }
                 }
@@ -905,47 +928,14 @@ fn slabs_of_a_b_packed_here_match_reference() {
                 .flat_map(|(kn, sl)| [1usize, 2, 3].map(|t| (kn, sl, t)))
             {
                 threads::set_num_threads(nthreads).unwrap();
-                let ldc = n + 3;
-                let mut c = vec![T::from_f64(9.5); m * ldc];
-                let seen = std::sync::Mutex::new(vec![0u8; m * n]);
-                let mark = |mut t: Tile<'_, T>| {
-                    let mut s = seen.lock().unwrap();
-                    for r in 0..t.rows {
-                        // The tile's values are C's at its own (global) position.
-                        let row = t.row(r).to_vec();
-                        for (j, v) in row.iter().enumerate() {
-                            let idx = (t.i0 + r) * n + t.j0 + j;
-                            s[idx] += 1;
-                            assert_eq!(v.to_f64().to_bits(), want[idx].to_f64().to_bits());
-                        }
-                    }
-                };
-                let opts = Options {
-                    kernel,
-                    epilogue: Some(&mark),
-                };
                 let (av, bv) = (MatRef::from_slice(&a, m, k), MatRef::from_slice(&b, k, n));
-                pack_by_slabs(av, bv, slab, &mut c, ldc, &opts);
-                for i in 0..m {
-                    for j in 0..ldc {
-                        let v = c[i * ldc + j].to_f64().to_bits();
-                        let w = if j < n {
-                            want[i * n + j].to_f64().to_bits()
-                        } else {
-                            9.5f64.to_bits()
-                        };
-                        assert_eq!(
-                            v,
-                            w,
-                            "{} {} m={m} n={n} slab={slab} threads={nthreads} at ({i}, {j})",
-                            kernel.name(),
-                            T::NAME
-                        );
-                    }
-                }
-                assert!(
-                    seen.into_inner().unwrap().iter().all(|&x| x == 1),
-                    "each element once"
+                check_with_epilogue(
+                    m,
+                    n,
+                    &want,
+                    |c, ldc, opts| pack_by_slabs(av, bv, slab, c, ldc, opts),
+                    kernel,
+                    || format!("m={m} n={n} slab={slab} threads={nthreads}"),
                 );
             }
         }

@@ -163,7 +163,8 @@ macro_rules! avx2_impl {
             ///
             /// `NEXT`: the last strip also prefetches the packed panel that follows this one
             /// in memory (the next panel of the depth block) into L2, a step of it for each of
-            /// its own.
+            /// its own. `COPY`: every strip also stores the B values it loads to `dst`, NR
+            /// values a step, including the strips with no live column of C.
             #[inline(always)]
             unsafe fn strips<
                 const V: usize,
@@ -256,35 +257,45 @@ macro_rules! avx2_impl {
                 ldc: usize,
                 accumulate: bool,
             ) {
+                strips_for::<NEXT, false>(
+                    rows,
+                    cols,
+                    kc,
+                    a,
+                    b,
+                    ldb,
+                    c,
+                    ldc,
+                    accumulate,
+                    std::ptr::null_mut(),
+                )
+            }
+
+            /// The strips a tile of `rows` rows takes (`NEXT`, `COPY`: as for `strips`).
+            #[inline(always)]
+            unsafe fn strips_for<const NEXT: bool, const COPY: bool>(
+                rows: usize,
+                cols: usize,
+                kc: usize,
+                a: *const $T,
+                b: *const $T,
+                ldb: usize,
+                c: *mut $T,
+                ldc: usize,
+                accumulate: bool,
+                dst: *mut $T,
+            ) {
                 if rows <= 3 {
                     // Few rows (the last tile of a row block, T = 1 to 3): the whole panel per
                     // pass, so that there are 4 to 12 accumulator chains rather than 2 to 6
                     // (two FMA pipes of latency 4 need 8 to stay busy). No next-panel
                     // prefetch: after a tile of 6 rows (T = 7 to 9) that tile has done it.
-                    strips::<4, { $MR }, false, false>(
-                        rows,
-                        cols,
-                        kc,
-                        a,
-                        b,
-                        ldb,
-                        c,
-                        ldc,
-                        accumulate,
-                        std::ptr::null_mut(),
+                    strips::<4, { $MR }, false, COPY>(
+                        rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst,
                     )
                 } else {
-                    strips::<2, { $MR }, NEXT, false>(
-                        rows,
-                        cols,
-                        kc,
-                        a,
-                        b,
-                        ldb,
-                        c,
-                        ldc,
-                        accumulate,
-                        std::ptr::null_mut(),
+                    strips::<2, { $MR }, NEXT, COPY>(
+                        rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst,
                     )
                 }
             }
@@ -318,15 +329,7 @@ macro_rules! avx2_impl {
                 accumulate: bool,
                 dst: *mut $T,
             ) {
-                if rows <= 3 {
-                    strips::<4, { $MR }, false, true>(
-                        rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst,
-                    )
-                } else {
-                    strips::<2, { $MR }, false, true>(
-                        rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst,
-                    )
-                }
+                strips_for::<false, true>(rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst)
             }
 
             /// `G` consecutive vectors (from vector `v0`, vector v being columns v L .. v L + L
