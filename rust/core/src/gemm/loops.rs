@@ -17,7 +17,7 @@
 
 use super::pack::{KBlocks, PanelValue};
 use super::{tuning, BSource, Epilogue, Tile};
-use crate::kernels::{GemmKernels, WIDE_ROWS};
+use crate::kernels::{GemmKernels, TileCopyFn, WIDE_ROWS};
 use crate::threads;
 use crate::Element;
 
@@ -247,91 +247,59 @@ fn macro_kernel<T: Element, W: PanelValue>(
         Some(few) if i1 - i0 <= ROW_QUANTUM => few,
         _ => kernels.tile,
     };
-    if let (Some(tile_copy), true) = (kernels.tile_copy, i1 - i0 > mr && b.rows_share_l1_sets()) {
-        // B read in place with its rows a multiple of 2 KiB apart: the depth steps of a
-        // panel fall in one or two of the L1 cache's 64 sets, which hold 16-24 of its lines, so
-        // a family whose tile reads the panel in several passes finds none of it in L1 again
-        // and every row tile reads it from L2. Instead the first row tile copies each panel as
-        // it reads it (from memory) into a packed buffer of this thread, and the other row
-        // tiles read that copy.
-        let nr = W::PANEL_NR;
-        return with_group_buffer::<W, _>((g1 - jp) * kc * nr, |buf| {
-            let copy = |q: usize| buf.wrapping_add((q - jp) * kc * nr);
-            let rows = mr.min(i1 - i0);
-            let ap = ablock[(i0 / mr) * mr * kc..].as_ptr();
+    // LOOP 2: row tiles. `copy`: the copying tile kernel and the buffer it copies the group's
+    // panels into (the first row tile copies, the others read the copy), or none.
+    let row_tiles = |copy: Option<(TileCopyFn<T, W>, *mut W)>| {
+        let mut i = i0;
+        while i < i1 {
+            let rows = mr.min(i1 - i);
+            let ap = ablock[(i / mr) * mr * kc..].as_ptr();
+            // LOOP 1: panels.
             for q in jp..g1 {
-                let j0 = q * nr;
-                let (bp, ldb) = b.panel(p, q);
-                let cols = nr.min(n - j0);
-                // SAFETY: as for the tile kernel below; the buffer holds kc steps of NR
-                // values for each panel of the group from jp.
+                let j0 = q * W::PANEL_NR;
+                let cols = W::PANEL_NR.min(n - j0);
+                let c = out.at(i, j0);
+                // SAFETY: the A panel holds kc*mr values, the B panel kc steps of NR readable
+                // values ldb apart (the copy: packed, NR apart; the buffer holds kc steps of NR
+                // values for each panel of the group from jp); the C tile at (i, j0) lies
+                // inside C and belongs to this item.
                 unsafe {
-                    tile_copy(
-                        rows,
-                        cols,
-                        kc,
-                        ap,
-                        bp,
-                        ldb,
-                        out.at(i0, j0),
-                        out.ldc,
-                        p > 0,
-                        copy(q),
-                    );
+                    match copy {
+                        None => {
+                            let (bp, ldb) = b.panel(p, q);
+                            tile(rows, cols, kc, ap, bp, ldb, c, out.ldc, p > 0);
+                        }
+                        Some((tile_copy, buf)) => {
+                            let dst = buf.wrapping_add((q - jp) * kc * W::PANEL_NR);
+                            if i == i0 {
+                                let (bp, ldb) = b.panel(p, q);
+                                tile_copy(rows, cols, kc, ap, bp, ldb, c, out.ldc, p > 0, dst);
+                            } else {
+                                tile(rows, cols, kc, ap, dst, W::PANEL_NR, c, out.ldc, p > 0);
+                            }
+                        }
+                    }
                 }
                 if last {
-                    out.finish(i0, i0 + rows, j0, cols);
+                    out.finish(i, i + rows, j0, cols);
                 }
             }
-            let mut i = i0 + rows;
-            while i < i1 {
-                let rows = mr.min(i1 - i);
-                let ap = ablock[(i / mr) * mr * kc..].as_ptr();
-                for q in jp..g1 {
-                    let j0 = q * nr;
-                    let cols = nr.min(n - j0);
-                    // SAFETY: the copy of panel q, kc packed steps of NR values.
-                    unsafe {
-                        tile(
-                            rows,
-                            cols,
-                            kc,
-                            ap,
-                            copy(q),
-                            nr,
-                            out.at(i, j0),
-                            out.ldc,
-                            p > 0,
-                        );
-                    }
-                    if last {
-                        out.finish(i, i + rows, j0, cols);
-                    }
-                }
-                i += rows;
-            }
-        });
-    }
-    // LOOP 2: row tiles.
-    let mut i = i0;
-    while i < i1 {
-        let rows = mr.min(i1 - i);
-        let ap = ablock[(i / mr) * mr * kc..].as_ptr();
-        // LOOP 1: panels.
-        for q in jp..g1 {
-            let j0 = q * W::PANEL_NR;
-            let (bp, ldb) = b.panel(p, q);
-            let cols = W::PANEL_NR.min(n - j0);
-            // SAFETY: the A panel holds kc*mr values, the B panel kc steps of NR readable
-            // values ldb apart; the C tile at (i, j0) lies inside C and belongs to this item.
-            unsafe {
-                tile(rows, cols, kc, ap, bp, ldb, out.at(i, j0), out.ldc, p > 0);
-            }
-            if last {
-                out.finish(i, i + rows, j0, cols);
-            }
+            i += rows;
         }
-        i += rows;
+    };
+    match kernels.tile_copy {
+        // B read in place with its rows a multiple of 2 KiB apart: the depth steps of a panel
+        // fall in one or two of the L1 cache's 64 sets, which hold 16-24 of its lines, so a
+        // family whose tile reads the panel in several passes finds none of it in L1 again and
+        // every row tile reads it from L2. Instead the first row tile copies each panel as it
+        // reads it (from memory) into a packed buffer of this thread, and the other row tiles
+        // read that copy.
+        Some(tile_copy) if i1 - i0 > mr && b.rows_share_l1_sets() => {
+            with_group_buffer((g1 - jp) * kc * W::PANEL_NR, |buf| {
+                row_tiles(Some((tile_copy, buf)))
+            })
+        }
+        _ => row_tiles(None),
     }
 }
 
