@@ -120,6 +120,29 @@ def test_few_rows_against_a_wide_plain_b(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_few_rows_against_packed_weights(dtype):
+    # 1 to 12 rows against packed weights (the AVX2 kernels take each panel in depth chunks
+    # of 96 steps): the reference's bits on every kernel and 1 to 3 threads, at depths around
+    # a chunk and across depth blocks, with a partial last panel.
+    rng = np.random.default_rng(12)
+    before = gptcore.get_num_threads()
+    try:
+        for k in (95, 97, 197, 800):
+            b = rng.standard_normal((k, 333)).astype(dtype)
+            pb = gptcore.PackedMatrix(b)
+            for m in (1, 4, 6, 7, 8, 12):
+                a = rng.standard_normal((m, k)).astype(dtype)
+                want = gptcore.matmul_reference(a, b)
+                for kern in KERNELS:
+                    for threads in (1, 3):
+                        gptcore.set_num_threads(threads)
+                        got = gptcore.matmul(a, pb, kernel=kern)
+                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (kern, threads, m, k)
+    finally:
+        gptcore.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_plain_b_with_rows_a_multiple_of_2_kib_apart(dtype):
     # 9 to 64 rows read a plain b in place; with its rows 2 or 4 KiB apart (their steps share
     # L1 sets), the AVX2 kernels copy each panel in the first row tile and the other tiles

@@ -898,6 +898,58 @@ fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
     check::<f64>();
 }
 
+/// Row blocks of one or two tiles against packed panels, which a family with a few-rows kernel
+/// (AVX2) takes in depth chunks of `FEW_ROWS_CHUNK` steps: the reference's bits for every kernel
+/// on 1 and 3 threads, 1 to 12 rows, depths around the chunk and the depth block (a short last
+/// chunk, several blocks), a partial last panel and column groups past the first, and the
+/// epilogue seeing every element once.
+#[test]
+fn few_rows_in_depth_chunks_match_reference() {
+    #[cfg(target_arch = "x86_64")]
+    if Kernel::Avx2.supported() {
+        // Not a vacuous test where AVX2 runs: its kernels take the chunked path here.
+        use crate::kernels::HasKernels;
+        assert!(f32::gemm_kernels(Kernel::Avx2).tile_few.is_some());
+        assert!(f64::gemm_kernels(Kernel::Avx2).tile_few.is_some());
+    }
+    fn check<T: GemmElement>() {
+        let before = threads::num_threads();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(93);
+        let (ch, kc, nr) = (loops::FEW_ROWS_CHUNK, T::KC_MAX, T::NR);
+        for k in [ch - 1, ch + 1, 2 * ch + 5, kc, 2 * kc + ch + 3] {
+            for m in [1usize, 4, 6, 7, 8, 12] {
+                let n = if m % 2 == 0 { 9 * nr + 5 } else { 2 * nr - 3 };
+                let a = random::<T>(&mut rng, m * k);
+                let b = random::<T>(&mut rng, k * n);
+                let mut want = vec![T::ZERO; m * n];
+                gemm_reference(
+                    MatRef::from_slice(&a, m, k),
+                    MatRef::from_slice(&b, k, n),
+                    &mut want,
+                );
+                let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
+                for kernel in available() {
+                    for nthreads in [1, 3] {
+                        threads::set_num_threads(nthreads).unwrap();
+                        let av = MatRef::from_slice(&a, m, k);
+                        check_with_epilogue(
+                            m,
+                            n,
+                            &want,
+                            |c, ldc, opts| gemm(av, Rhs::Packed(&pb), c, ldc, opts).unwrap(),
+                            kernel,
+                            || format!("m={m} k={k} n={n} threads={nthreads}"),
+                        );
+                    }
+                }
+            }
+        }
+        threads::set_num_threads(before).unwrap();
+    }
+    check::<f32>();
+    check::<f64>();
+}
+
 /// A plain B packed for the product in slabs of columns (the `Rhs::PackHere` path): the
 /// reference's bits for every kernel on 1 to 3 threads, slabs of 1, 4 and 8 panels with a last
 /// one narrower than the others, a depth of several blocks, and the epilogue seeing every

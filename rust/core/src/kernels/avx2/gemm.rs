@@ -11,7 +11,8 @@
 //!   In cache (one 6-row A panel against 8 packed panels, best of 2000 runs) it does 82-87
 //!   GFLOP/s f32 and 39-44 f64 on that machine, about its AVX2 FMA peak.
 //! - Few-rows tile kernel (`kernel::<true>`, row blocks of at most 12 rows, B from memory): the
-//!   tile kernel, with the next packed panel prefetched into L2 during the second half-pass.
+//!   tile kernel, with the packed values that follow prefetched into L2 during the second
+//!   half-pass (the loops call it on depth chunks of each panel).
 //! - Copying tile kernel (`kernel_copy`): the tile kernel storing the B panel it reads into a
 //!   packed copy, for B read in place whose rows share L1 sets.
 //! - Wide kernel (1 to 3 rows against 4 consecutive panels): the 16 vectors per row are
@@ -161,9 +162,9 @@ macro_rules! avx2_impl {
             /// A panel of NR columns as `NR / (V L)` strips of V vectors, each through the
             /// whole depth block, for `rows` <= MRS rows.
             ///
-            /// `NEXT`: the last strip also prefetches the packed panel that follows this one
-            /// in memory (the next panel of the depth block) into L2, a step of it for each of
-            /// its own. `COPY`: every strip also stores the B values it loads to `dst`, NR
+            /// `NEXT`: the last strip also prefetches the `kc` packed steps that follow these
+            /// in memory into L2, a step of them for each of its own (the loops call it on
+            /// depth chunks of a panel: the next chunk, or the next panel after the last). `COPY`: every strip also stores the B values it loads to `dst`, NR
             /// values a step, including the strips with no live column of C.
             #[inline(always)]
             unsafe fn strips<
@@ -240,7 +241,9 @@ macro_rules! avx2_impl {
             /// 340 MB of GPT-2 small weights, one thread): 6 rows 35.7 -> 32.6 ms, 8 rows 44.6
             /// -> 41.4 ms; a GPT-2 small forward over 8 tokens 65.9 -> 62.5 ms (one thread),
             /// 40.1 -> 38.5 ms (two). On many row tiles, whose panels come from L2, the same
-            /// prefetches cost 5-10 % (load slots), hence two kernels.
+            /// prefetches cost 5-10 % (load slots), hence two kernels. (Measured on whole
+            /// depth blocks; the loops now run this kernel on depth chunks, see
+            /// `gemm::loops::few_rows_in_chunks`.)
             ///
             /// # Safety
             /// The CPU supports AVX2 and FMA; `a` holds `kc * MR` values; `b` holds `kc` rows
