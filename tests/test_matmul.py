@@ -121,16 +121,16 @@ def test_few_rows_against_a_wide_plain_b(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_few_rows_against_packed_weights(dtype):
-    # 1 to 12 rows against packed weights (the AVX2 kernels take each panel in depth chunks
-    # of 96 steps): the reference's bits on every kernel and 1 to 3 threads, at depths around
-    # a chunk and across depth blocks, with a partial last panel.
+    # 1 to 37 rows against packed weights (the AVX2 kernels take each panel in depth chunks
+    # of 96 steps up to 36 rows): the reference's bits on every kernel and 1 to 3 threads, at
+    # depths around a chunk and across depth blocks, with a partial last panel.
     rng = np.random.default_rng(12)
     before = gptcore.get_num_threads()
     try:
         for k in (95, 97, 197, 800):
             b = rng.standard_normal((k, 333)).astype(dtype)
             pb = gptcore.PackedMatrix(b)
-            for m in (1, 4, 6, 7, 8, 12):
+            for m in (1, 4, 6, 7, 8, 12, 13, 24, 36, 37):
                 a = rng.standard_normal((m, k)).astype(dtype)
                 want = gptcore.matmul_reference(a, b)
                 for kern in KERNELS:

@@ -10,8 +10,8 @@
 //! ```
 //!
 //! For B read in place with rows that share L1 sets, the first row tile of LOOP 2 copies the
-//! panels it reads and the others read the copy (see `macro_kernel`). A row block of one or
-//! two tiles against packed panels, with a family's few-rows kernel, swaps LOOPS 2 and 1 and
+//! panels it reads and the others read the copy (see `macro_kernel`). A row block of at most
+//! 36 rows against packed panels, with a family's few-rows kernel, swaps LOOPS 2 and 1 and
 //! cuts each panel into depth chunks (see `few_rows_in_chunks`).
 //!
 //! Every item computes a disjoint block of C through all depth blocks in order, so each element's
@@ -245,8 +245,25 @@ fn macro_kernel<T: Element, W: PanelValue>(
         }
     }
     if let (Some(few), BSource::Packed(_)) = (kernels.tile_few, b) {
-        if i1 - i0 <= ROW_QUANTUM {
-            few_rows_in_chunks(few, mr, kc, ablock, b, p, last, (i0, i1), (jp, g1), out);
+        if i1 - i0 <= FEW_ROWS_CHUNKED {
+            // The first row tile reads the panels from memory: the few-rows kernel there.
+            let rest = if i1 - i0 <= ROW_QUANTUM {
+                few
+            } else {
+                kernels.tile
+            };
+            few_rows_in_chunks(
+                (few, rest),
+                mr,
+                kc,
+                ablock,
+                b,
+                p,
+                last,
+                (i0, i1),
+                (jp, g1),
+                out,
+            );
             return;
         }
     }
@@ -315,18 +332,24 @@ fn macro_kernel<T: Element, W: PanelValue>(
 /// (NR = 32 float32 or 16 float64 values a step).
 pub const FEW_ROWS_CHUNK: usize = 96;
 
-/// LOOPS 2 and 1 for a row block of one or two tiles (at most [`ROW_QUANTUM`] rows) against
-/// packed panels, with the family's few-rows kernel: panels outer, each panel taken in depth
-/// chunks of [`FEW_ROWS_CHUNK`] steps, and every row tile through a chunk before the next
-/// chunk (the tiles' C values stay in L1 in between, and each element's chain goes on from
-/// them in the same order: the bits do not change).
+/// Row blocks of at most this many rows (three row quanta) take packed panels in depth chunks,
+/// with a family that has a few-rows kernel.
+pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
+
+/// LOOPS 2 and 1 for a row block of at most [`FEW_ROWS_CHUNKED`] rows against packed panels,
+/// with the family's few-rows kernel (`tiles.0`) on the first row tile and `tiles.1` on the
+/// others: panels outer, each panel taken in depth chunks of [`FEW_ROWS_CHUNK`] steps, and
+/// every row tile through a chunk before the next chunk (the tiles' C values stay in L1 in
+/// between, and each element's chain goes on from them in the same order: the bits do not
+/// change).
 ///
 /// Here every panel comes from memory and is read by the tiles in several passes (the AVX2
-/// tile reads a panel as two half-panels, then the second tile reads it again). Through a
+/// tile reads a panel as two half-panels, then the next tile reads it again). Through a
 /// whole depth block, only the first pass waits for memory and the later passes find the
 /// panel in L1/L2, so memory and the FMA units take turns. In chunks, the passes over one
 /// chunk alternate with the fetching of the next, which the kernel's prefetches request
-/// ahead (the next-panel prefetch of the few-rows kernel now reaches the next chunk). With the
+/// ahead (the next-panel prefetch of the few-rows kernel now reaches the next chunk); the
+/// tiles after the first find the chunk in L1. With the
 /// AVX2 path forced on the 2-core Sapphire Rapids Xeon (medians of 7-21 samples alternating
 /// whole depth blocks and chunks in one process):
 /// - products over 400 MB of packed GPT-2 shapes (768x3072, 3072x768, 768x2304), one thread,
@@ -338,10 +361,18 @@ pub const FEW_ROWS_CHUNK: usize = 96;
 ///
 /// Chunks of 64 steps did about as well as 96, of 128-192 steps less; of 32-48 steps lost on
 /// two threads (more C traffic than the overlap gains).
+///
+/// Row blocks of 13 to 36 rows (the first tile with the few-rows kernel, the others with the
+/// plain one) gained too, same machine and method: one thread, GFLOP/s, 24 rows 56 -> 59-61
+/// (B from memory) and 69-71 -> 74-76 (B in the cache), 36 rows 60-62 -> 64-67 and 71-74 ->
+/// 72-76; a forward over 24 tokens on two threads 70.3 -> 61.1 ms, over 16 and 32 tokens
+/// 47.3 -> 45.7 and 87.7 -> 82.4 ms, over 36 tokens 87.1 against 88.3. Not beyond: at 48
+/// rows with B in the cache 66-73 against 66-77, and every row block in chunks took
+/// 1024x3072x768 from 74 to 69 GFLOP/s.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn few_rows_in_chunks<T: Element, W: PanelValue>(
-    tile: TileFn<T, W>,
+    (first, rest): (TileFn<T, W>, TileFn<T, W>),
     mr: usize,
     kc: usize,
     ablock: &[T],
@@ -369,6 +400,7 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
                 // steps in; the B panel holds kc steps of NR readable values ldb apart, and so
                 // does its chunk from step s; the C tile at (i, j0) lies inside C and belongs
                 // to this item.
+                let tile = if i == i0 { first } else { rest };
                 unsafe {
                     tile(
                         rows,

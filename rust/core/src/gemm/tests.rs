@@ -898,11 +898,12 @@ fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
     check::<f64>();
 }
 
-/// Row blocks of one or two tiles against packed panels, which a family with a few-rows kernel
-/// (AVX2) takes in depth chunks of `FEW_ROWS_CHUNK` steps: the reference's bits for every kernel
-/// on 1 and 3 threads, 1 to 12 rows, depths around the chunk and the depth block (a short last
-/// chunk, several blocks), a partial last panel and column groups past the first, and the
-/// epilogue seeing every element once.
+/// Row blocks of at most `FEW_ROWS_CHUNKED` rows against packed panels, which a family with a
+/// few-rows kernel (AVX2) takes in depth chunks of `FEW_ROWS_CHUNK` steps: the reference's bits
+/// for every kernel on 1 and 3 threads, 1 to 37 rows (one tile to four, the first past the
+/// chunked ones), depths around the chunk and the depth block (a short last chunk, several
+/// blocks), a partial last panel and column groups past the first, and the epilogue seeing
+/// every element once.
 #[test]
 fn few_rows_in_depth_chunks_match_reference() {
     #[cfg(target_arch = "x86_64")]
@@ -917,7 +918,7 @@ fn few_rows_in_depth_chunks_match_reference() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(93);
         let (ch, kc, nr) = (loops::FEW_ROWS_CHUNK, T::KC_MAX, T::NR);
         for k in [ch - 1, ch + 1, 2 * ch + 5, kc, 2 * kc + ch + 3] {
-            for m in [1usize, 4, 6, 7, 8, 12] {
+            for m in [1usize, 4, 6, 7, 8, 12, 13, 24, 31, 36, 37] {
                 let n = if m % 2 == 0 { 9 * nr + 5 } else { 2 * nr - 3 };
                 let a = random::<T>(&mut rng, m * k);
                 let b = random::<T>(&mut rng, k * n);

@@ -93,7 +93,8 @@ pub struct GemmKernels<T, W = T> {
     /// many row tiles that traffic only takes load slots from the panels already in cache).
     /// The loops run it over packed panels in depth chunks (`gemm::loops::FEW_ROWS_CHUNK`
     /// steps, every row tile through a chunk before the next), so the prefetch reaches the
-    /// next chunk. `None`: the plain tile kernel serves, through whole depth blocks.
+    /// next chunk; in row blocks of 13 to 36 rows, on the first row tile (the plain kernel on
+    /// the others). `None`: the plain tile kernel serves, through whole depth blocks.
     pub tile_few: Option<TileFn<T, W>>,
     /// The tile kernel copying the panel it reads ([`TileCopyFn`]), for a family whose tile
     /// reads a panel in several passes: for B read in place with rows that share L1 sets, a
