@@ -782,6 +782,51 @@ fn slab_widths() {
     assert_eq!(slab_cols::<f32>(256, 3072, 768, 2), 768);
 }
 
+/// The naive product of `a` (m x k) and `b` (k x n), row-major.
+fn reference_product<T: GemmElement>(a: &[T], b: &[T], m: usize, k: usize, n: usize) -> Vec<T> {
+    let mut want = vec![T::ZERO; m * n];
+    gemm_reference(
+        MatRef::from_slice(a, m, k),
+        MatRef::from_slice(b, k, n),
+        &mut want,
+    );
+    want
+}
+
+/// Where AVX2 runs, asserts that its float32 and float64 kernels have the optional entry
+/// `$entry` (so that a test of the path it takes is not vacuous there).
+macro_rules! assert_avx2_has {
+    ($entry:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        if Kernel::Avx2.supported() {
+            use crate::kernels::HasKernels;
+            assert!(f32::gemm_kernels(Kernel::Avx2).$entry.is_some());
+            assert!(f64::gemm_kernels(Kernel::Avx2).$entry.is_some());
+        }
+    };
+}
+
+/// [`check_with_epilogue`] for `product` with every kernel, on 1 and on 3 threads (the thread
+/// count is restored after).
+fn check_every_kernel_on_1_and_3_threads<T: GemmElement>(
+    m: usize,
+    n: usize,
+    want: &[T],
+    product: impl Fn(&mut [T], usize, &Options<'_, T>),
+    what: impl Fn() -> String,
+) {
+    let before = threads::num_threads();
+    for kernel in available() {
+        for nthreads in [1, 3] {
+            threads::set_num_threads(nthreads).unwrap();
+            check_with_epilogue(m, n, want, &product, kernel, || {
+                format!("{} threads={nthreads}", what())
+            });
+        }
+    }
+    threads::set_num_threads(before).unwrap();
+}
+
 /// Runs `product` (C = A B into `c`, row stride `ldc`, with `opts`) with `kernel` and an
 /// epilogue that checks every element it is handed against `want` at its own (global)
 /// position; then checks C bit for bit, the padding past its `n` columns untouched, and that
@@ -841,15 +886,9 @@ fn check_with_epilogue<T: GemmElement>(
 /// epilogue seeing every element once.
 #[test]
 fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
-    #[cfg(target_arch = "x86_64")]
-    if Kernel::Avx2.supported() {
-        // Not a vacuous test where AVX2 runs: its kernels take the copying path here.
-        use crate::kernels::HasKernels;
-        assert!(f32::gemm_kernels(Kernel::Avx2).tile_copy.is_some());
-        assert!(f64::gemm_kernels(Kernel::Avx2).tile_copy.is_some());
-    }
+    // Not a vacuous test where AVX2 runs: its kernels take the copying path here.
+    assert_avx2_has!(tile_copy);
     fn check<T: GemmElement>() {
-        let before = threads::num_threads();
         let mut rng = rand::rngs::StdRng::seed_from_u64(91);
         let nr = T::NR;
         for ldb in [
@@ -864,35 +903,23 @@ fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
             ] {
                 let a = random::<T>(&mut rng, m * k);
                 let b = random::<T>(&mut rng, k * n);
-                let mut want = vec![T::ZERO; m * n];
-                gemm_reference(
-                    MatRef::from_slice(&a, m, k),
-                    MatRef::from_slice(&b, k, n),
-                    &mut want,
-                );
+                let want = reference_product(&a, &b, m, k, n);
                 // B's rows ldb apart, NaN between them.
                 let mut wide_b = vec![T::from_f64(f64::NAN); k * ldb];
                 for r in 0..k {
                     wide_b[r * ldb..r * ldb + n].copy_from_slice(&b[r * n..(r + 1) * n]);
                 }
                 let bview = unsafe { MatRef::from_raw(wide_b.as_ptr(), k, n, ldb as isize, 1) };
-                for kernel in available() {
-                    for nthreads in [1, 3] {
-                        threads::set_num_threads(nthreads).unwrap();
-                        let av = MatRef::from_slice(&a, m, k);
-                        check_with_epilogue(
-                            m,
-                            n,
-                            &want,
-                            |c, ldc, opts| gemm(av, Rhs::InPlace(bview), c, ldc, opts).unwrap(),
-                            kernel,
-                            || format!("ldb={ldb} m={m} k={k} n={n} threads={nthreads}"),
-                        );
-                    }
-                }
+                let av = MatRef::from_slice(&a, m, k);
+                check_every_kernel_on_1_and_3_threads(
+                    m,
+                    n,
+                    &want,
+                    |c, ldc, opts| gemm(av, Rhs::InPlace(bview), c, ldc, opts).unwrap(),
+                    || format!("ldb={ldb} m={m} k={k} n={n}"),
+                );
             }
         }
-        threads::set_num_threads(before).unwrap();
     }
     check::<f32>();
     check::<f64>();
@@ -906,15 +933,9 @@ fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
 /// every element once.
 #[test]
 fn few_rows_in_depth_chunks_match_reference() {
-    #[cfg(target_arch = "x86_64")]
-    if Kernel::Avx2.supported() {
-        // Not a vacuous test where AVX2 runs: its kernels take the chunked path here.
-        use crate::kernels::HasKernels;
-        assert!(f32::gemm_kernels(Kernel::Avx2).tile_few.is_some());
-        assert!(f64::gemm_kernels(Kernel::Avx2).tile_few.is_some());
-    }
+    // Not a vacuous test where AVX2 runs: its kernels take the chunked path here.
+    assert_avx2_has!(tile_few);
     fn check<T: GemmElement>() {
-        let before = threads::num_threads();
         let mut rng = rand::rngs::StdRng::seed_from_u64(93);
         let (ch, kc, nr) = (loops::FEW_ROWS_CHUNK, T::KC_MAX, T::NR);
         for k in [ch - 1, ch + 1, 2 * ch + 5, kc, 2 * kc + ch + 3] {
@@ -922,30 +943,18 @@ fn few_rows_in_depth_chunks_match_reference() {
                 let n = if m % 2 == 0 { 9 * nr + 5 } else { 2 * nr - 3 };
                 let a = random::<T>(&mut rng, m * k);
                 let b = random::<T>(&mut rng, k * n);
-                let mut want = vec![T::ZERO; m * n];
-                gemm_reference(
-                    MatRef::from_slice(&a, m, k),
-                    MatRef::from_slice(&b, k, n),
-                    &mut want,
-                );
+                let want = reference_product(&a, &b, m, k, n);
                 let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
-                for kernel in available() {
-                    for nthreads in [1, 3] {
-                        threads::set_num_threads(nthreads).unwrap();
-                        let av = MatRef::from_slice(&a, m, k);
-                        check_with_epilogue(
-                            m,
-                            n,
-                            &want,
-                            |c, ldc, opts| gemm(av, Rhs::Packed(&pb), c, ldc, opts).unwrap(),
-                            kernel,
-                            || format!("m={m} k={k} n={n} threads={nthreads}"),
-                        );
-                    }
-                }
+                let av = MatRef::from_slice(&a, m, k);
+                check_every_kernel_on_1_and_3_threads(
+                    m,
+                    n,
+                    &want,
+                    |c, ldc, opts| gemm(av, Rhs::Packed(&pb), c, ldc, opts).unwrap(),
+                    || format!("m={m} k={k} n={n}"),
+                );
             }
         }
-        threads::set_num_threads(before).unwrap();
     }
     check::<f32>();
     check::<f64>();
@@ -969,12 +978,7 @@ fn slabs_of_a_b_packed_here_match_reference() {
         ] {
             let a = random::<T>(&mut rng, m * k);
             let b = random::<T>(&mut rng, k * n);
-            let mut want = vec![T::ZERO; m * n];
-            gemm_reference(
-                MatRef::from_slice(&a, m, k),
-                MatRef::from_slice(&b, k, n),
-                &mut want,
-            );
+            let want = reference_product(&a, &b, m, k, n);
             for (kernel, slab, nthreads) in available()
                 .into_iter()
                 .flat_map(|kn| [(kn, nr), (kn, 4 * nr), (kn, 8 * nr)])
