@@ -337,7 +337,7 @@ pub const FEW_ROWS_CHUNK: usize = 96;
 pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
 
 /// LOOPS 2 and 1 for a row block of at most [`FEW_ROWS_CHUNKED`] rows against packed panels,
-/// with the family's few-rows kernel (`tiles.0`) on the first row tile and `tiles.1` on the
+/// with `first` (the family's few-rows kernel) on the first row tile and `rest` on the
 /// others: panels outer, each panel taken in depth chunks of [`FEW_ROWS_CHUNK`] steps, and
 /// every row tile through a chunk before the next chunk (the tiles' C values stay in L1 in
 /// between, and each element's chain goes on from them in the same order: the bits do not
@@ -396,11 +396,11 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
                 let rows = mr.min(i1 - i);
                 // The A panel of the tile holds mr values a step; this chunk starts s steps in.
                 let ap = ablock[(i / mr) * mr * kc + s * mr..].as_ptr();
+                let tile = if i == i0 { first } else { rest };
                 // SAFETY: the A panel holds kc*mr values and the chunk's len steps start s
                 // steps in; the B panel holds kc steps of NR readable values ldb apart, and so
                 // does its chunk from step s; the C tile at (i, j0) lies inside C and belongs
                 // to this item.
-                let tile = if i == i0 { first } else { rest };
                 unsafe {
                     tile(
                         rows,
