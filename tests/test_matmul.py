@@ -143,6 +143,28 @@ def test_few_rows_against_packed_weights(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_many_rows_against_packed_weights(dtype):
+    # 37 to 400 rows against packed weights (the AVX2 row tiles of each column group and depth
+    # block prefetch the next one into L2): the reference's bits on every kernel and 1 to 3
+    # threads, with several depth blocks, column groups past the first and a partial panel.
+    rng = np.random.default_rng(31)
+    before = gptcore.get_num_threads()
+    try:
+        for m, k, n in ((37, 900, 333), (64, 385, 555), (100, 1100, 320), (400, 390, 290)):
+            a = rng.standard_normal((m, k)).astype(dtype)
+            b = rng.standard_normal((k, n)).astype(dtype)
+            pb = gptcore.PackedMatrix(b)
+            want = gptcore.matmul_reference(a, b)
+            for kern in KERNELS:
+                for threads in (1, 3):
+                    gptcore.set_num_threads(threads)
+                    got = gptcore.matmul(a, pb, kernel=kern)
+                    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (kern, threads, m, k)
+    finally:
+        gptcore.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_plain_b_with_rows_a_multiple_of_2_kib_apart(dtype):
     # 9 to 64 rows read a plain b in place; with its rows 2 or 4 KiB apart (their steps share
     # L1 sets), the AVX2 kernels copy each panel in the first row tile and the other tiles

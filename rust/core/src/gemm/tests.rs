@@ -566,11 +566,12 @@ impl<T: Element> Chain<'_, T> {
     }
 }
 
-/// A tile kernel of a family, plain or copying the panel it reads.
+/// A tile kernel of a family: plain, copying the panel it reads, or prefetching.
 #[derive(Clone, Copy)]
 enum Entry<T: 'static> {
     Tile(crate::kernels::TileFn<T>),
     Copy(crate::kernels::TileCopyFn<T>),
+    Prefetch(crate::kernels::TilePrefetchFn<T>),
 }
 
 /// Each micro-kernel called directly, against the contract's chain: every live row count,
@@ -578,6 +579,8 @@ enum Entry<T: 'static> {
 /// loop), from zero and continuing from C. Pad rows of A and B's columns past `cols` are NaN,
 /// and C sits in a sentinel-filled buffer: reading the one or writing outside the other shows.
 /// A copying tile kernel's copy holds the panel's every value bit for bit, and nothing past it.
+/// A prefetching one prefetches 0 to 3 kc + 2 lines (more than one a step too) from a buffer
+/// of its own.
 #[test]
 fn micro_kernels_called_directly_match_the_chain() {
     fn check<T: GemmElement>() {
@@ -588,12 +591,14 @@ fn micro_kernels_called_directly_match_the_chain() {
         for kernel in available() {
             let spec = T::gemm_kernels(kernel);
             let mr = spec.mr;
-            // The tile kernel, its few-rows variant and its copying one, where the family has
-            // them.
+            // The tile kernel, its few-rows variant, its copying one and its prefetching one,
+            // where the family has them.
             let entries = [Some(Entry::Tile(spec.tile)), spec.tile_few.map(Entry::Tile)]
                 .into_iter()
                 .chain([spec.tile_copy.map(Entry::Copy)])
+                .chain([spec.tile_prefetch.map(Entry::Prefetch)])
                 .flatten();
+            let ahead = random::<T>(&mut rng, 64 * (3 * 17 + 2));
             for entry in entries {
                 for kc in (0..=9).chain([17]) {
                     // B: kc steps of NR values, read in place (ldb > NR) and packed (ldb == NR);
@@ -636,6 +641,21 @@ fn micro_kernels_called_directly_match_the_chain() {
                                                 ldc,
                                                 accumulate,
                                                 copy.as_mut_ptr(),
+                                            )
+                                        },
+                                        Entry::Prefetch(tile) => unsafe {
+                                            tile(
+                                                rows,
+                                                cols,
+                                                kc,
+                                                ap,
+                                                bp,
+                                                ldb,
+                                                cp,
+                                                ldc,
+                                                accumulate,
+                                                ahead.as_ptr(),
+                                                (rows * 5 + cols) % (3 * kc + 3),
                                             )
                                         },
                                     }
@@ -954,6 +974,42 @@ fn few_rows_in_depth_chunks_match_reference() {
                     || format!("m={m} k={k} n={n}"),
                 );
             }
+        }
+    }
+    check::<f32>();
+    check::<f64>();
+}
+
+/// Row blocks of more than the chunked rows against packed panels, where the row tiles of each
+/// column group and depth block prefetch the next one (AVX2): the reference's bits for every
+/// kernel on 1 and 3 threads, one and two row blocks, a short last row tile, several depth
+/// blocks, column groups past the first and a partial last panel, and the epilogue seeing
+/// every element once.
+#[test]
+fn row_tiles_prefetching_the_next_group_match_reference() {
+    // Not a vacuous test where AVX2 runs: its kernels take the prefetching path here.
+    assert_avx2_has!(tile_prefetch);
+    fn check<T: GemmElement>() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(57);
+        let (kc, nr) = (T::KC_MAX, T::NR);
+        for (m, k, n) in [
+            (37, 2 * kc + 3, 9 * nr + 5),
+            (64, kc + 1, 17 * nr - 2),
+            (100, 3 * kc - 1, 10 * nr),
+            (2 * MC + 11, kc + 7, 9 * nr + 1),
+        ] {
+            let a = random::<T>(&mut rng, m * k);
+            let b = random::<T>(&mut rng, k * n);
+            let want = reference_product(&a, &b, m, k, n);
+            let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
+            let av = MatRef::from_slice(&a, m, k);
+            check_every_kernel_on_1_and_3_threads(
+                m,
+                n,
+                &want,
+                |c, ldc, opts| gemm(av, Rhs::Packed(&pb), c, ldc, opts).unwrap(),
+                || format!("m={m} k={k} n={n}"),
+            );
         }
     }
     check::<f32>();

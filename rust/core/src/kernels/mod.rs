@@ -8,8 +8,9 @@
 //!   the row tiles work is shared out in);
 //! * the **tile kernel** ([`TileFn`]), the one that does the work of large products, and
 //!   optionally a variant of it for row blocks of one or two tiles (`tile_few`: B from memory,
-//!   so it may prefetch ahead of the panel it reads), and one that copies the panel it reads
-//!   (`tile_copy`, for B read in place whose rows share L1 sets);
+//!   so it may prefetch ahead of the panel it reads), one that copies the panel it reads
+//!   (`tile_copy`, for B read in place whose rows share L1 sets), and one that prefetches a
+//!   given run of packed B into L2 as it goes (`tile_prefetch`, for row blocks of many tiles);
 //! * optionally a **wide kernel** ([`WideFn`], 1 to [`WIDE_ROWS`] rows against four panels) and a
 //!   **stream kernel** ([`StreamFn`], 1 to [`STREAM_ROWS`] rows against B read in place);
 //! * optionally a **panel packer** for A ([`PackPanelFn`]);
@@ -57,6 +58,12 @@ pub type TileFn<T, W = T> =
 pub type TileCopyFn<T, W = T> =
     unsafe fn(usize, usize, usize, *const T, *const W, usize, *mut T, usize, bool, *mut W);
 
+/// The tile kernel's arguments, then `(pf, lines)`: the tile kernel that also prefetches up to
+/// `lines` cache lines from `pf` on into L2, spread over its depth steps (the packed B the
+/// loops read next; the values are never read through `pf`).
+pub type TilePrefetchFn<T, W = T> =
+    unsafe fn(usize, usize, usize, *const T, *const W, usize, *mut T, usize, bool, *const W, usize);
+
 /// `(rows, cols_last, kc, a_panel, b_panel, ldb, b_stride, c, ldc, accumulate)`: up to
 /// [`WIDE_ROWS`] rows against 4 consecutive B panels (`b_stride` apart), the last with
 /// `cols_last` live columns.
@@ -101,6 +108,10 @@ pub struct GemmKernels<T, W = T> {
     /// row block's first tile copies each panel and the other tiles read the copy. `None`:
     /// every tile reads B in place.
     pub tile_copy: Option<TileCopyFn<T, W>>,
+    /// The tile kernel prefetching packed B ahead ([`TilePrefetchFn`]): against packed panels
+    /// the row tiles of a column group and depth block each fetch a slice of the next one
+    /// into L2 (see `gemm::loops`). `None`: the plain tile kernel, no such prefetch.
+    pub tile_prefetch: Option<TilePrefetchFn<T, W>>,
     pub wide: Option<WideFn<T, W>>,
     pub stream: Option<StreamFn<T, W>>,
     pub pack_a_panel: Option<PackPanelFn<T>>,

@@ -13,6 +13,10 @@
 //! - Few-rows tile kernel (`kernel::<true>`, row blocks of at most 12 rows, B from memory): the
 //!   tile kernel, with the packed values that follow prefetched into L2 during the second
 //!   half-pass (the loops call it on depth chunks of each panel).
+//! - Prefetching tile kernel (`kernel_prefetch`, row blocks of more tiles against packed B):
+//!   the tile kernel, prefetching a given run of cache lines into L2 at an even pace over its
+//!   depth steps (the loops hand each row tile a slice of the packed B read next, see
+//!   `gemm::loops::Ahead`).
 //! - Copying tile kernel (`kernel_copy`): the tile kernel storing the B panel it reads into a
 //!   packed copy, for B read in place whose rows share L1 sets.
 //! - Wide kernel (1 to 3 rows against 4 consecutive panels): the 16 vectors per row are
@@ -76,7 +80,8 @@ macro_rules! avx2_impl {
 
             /// `M` rows x `V` vectors of C (`cols` <= V L live columns) over `kc` depth steps;
             /// A has `MRS` values per depth step. `COPY`: each step's B vectors are also stored
-            /// to `dst` (NR values a step).
+            /// to `dst` (NR values a step). `PF`: every `every` (> 0) steps, one more cache line
+            /// from `pf` on is prefetched into L2.
             #[target_feature(enable = "avx2,fma")]
             unsafe fn tile<
                 const M: usize,
@@ -84,6 +89,7 @@ macro_rules! avx2_impl {
                 const MRS: usize,
                 const NEXT: bool,
                 const COPY: bool,
+                const PF: bool,
             >(
                 cols: usize,
                 kc: usize,
@@ -95,6 +101,8 @@ macro_rules! avx2_impl {
                 accumulate: bool,
                 next: usize,
                 dst: *mut $T,
+                pf: *const $T,
+                every: usize,
             ) {
                 let full = cols >= V * L;
                 let mut acc = [[$zero(); V]; M];
@@ -117,7 +125,17 @@ macro_rules! avx2_impl {
                 // hardware prefetcher does not follow from memory) PF_B steps ahead. Addresses
                 // past the end are harmless (no fault).
                 let dist = if ldb == NR { PF_B_PACKED } else { PF_B };
+                let mut pfp = pf;
+                let mut cnt = every;
                 for _ in 0..kc {
+                    if PF {
+                        cnt -= 1;
+                        if cnt == 0 {
+                            cnt = every;
+                            _mm_prefetch::<_MM_HINT_T1>(pfp as *const i8);
+                            pfp = pfp.wrapping_add(64 / std::mem::size_of::<$T>());
+                        }
+                    }
                     let ahead = bp.wrapping_add(dist * ldb);
                     _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(V * L - 1) as *const i8);
@@ -164,14 +182,18 @@ macro_rules! avx2_impl {
             ///
             /// `NEXT`: the last strip also prefetches the `kc` packed steps that follow these
             /// in memory into L2, a step of them for each of its own (the loops call it on
-            /// depth chunks of a panel: the next chunk, or the next panel after the last). `COPY`: every strip also stores the B values it loads to `dst`, NR
-            /// values a step, including the strips with no live column of C.
+            /// depth chunks of a panel: the next chunk, or the next panel after the last).
+            /// `COPY`: every strip also stores the B values it loads to `dst`, NR values a
+            /// step, including the strips with no live column of C. `PF`: the strips prefetch
+            /// `pf_lines` cache lines from `pf` on into L2, each strip an equal consecutive
+            /// share (a strip with no live column does not run, and its share is not fetched).
             #[inline(always)]
             unsafe fn strips<
                 const V: usize,
                 const MRS: usize,
                 const NEXT: bool,
                 const COPY: bool,
+                const PF: bool,
             >(
                 rows: usize,
                 cols: usize,
@@ -183,8 +205,14 @@ macro_rules! avx2_impl {
                 ldc: usize,
                 accumulate: bool,
                 dst: *mut $T,
+                pf: *const $T,
+                pf_lines: usize,
             ) {
                 let w = V * L;
+                // `PF`: strip j / w prefetches share j / w of the lines, at most one a step,
+                // spread evenly over its steps.
+                let share = pf_lines.div_ceil(NR / w);
+                let every = if share == 0 { 0 } else { (kc / share).max(1) };
                 let mut j = 0;
                 // Copying, every strip of the panel is read (and copied whole).
                 let end = if COPY { NR } else { cols };
@@ -205,15 +233,20 @@ macro_rules! avx2_impl {
                     let cj = c.add(j);
                     let dj = dst.wrapping_add(j);
                     let next = kc * NR - j;
+                    let pfj = pf.wrapping_add((j / w) * share * (64 / std::mem::size_of::<$T>()));
                     macro_rules! go {
                         ($m:literal) => {
                             if NEXT && ldb == NR && j + w >= cols {
-                                tile::<$m, V, MRS, true, COPY>(
-                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, next, dj,
+                                tile::<$m, V, MRS, true, COPY, false>(
+                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, next, dj, pfj, 0,
+                                )
+                            } else if PF && every > 0 {
+                                tile::<$m, V, MRS, false, COPY, true>(
+                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, 0, dj, pfj, every,
                                 )
                             } else {
-                                tile::<$m, V, MRS, false, COPY>(
-                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, 0, dj,
+                                tile::<$m, V, MRS, false, COPY, false>(
+                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, 0, dj, pfj, 0,
                                 )
                             }
                         };
@@ -260,7 +293,7 @@ macro_rules! avx2_impl {
                 ldc: usize,
                 accumulate: bool,
             ) {
-                strips_for::<NEXT, false>(
+                strips_for::<NEXT, false, false>(
                     rows,
                     cols,
                     kc,
@@ -271,12 +304,50 @@ macro_rules! avx2_impl {
                     ldc,
                     accumulate,
                     std::ptr::null_mut(),
+                    std::ptr::null(),
+                    0,
+                )
+            }
+
+            /// The tile kernel that also prefetches `pf_lines` cache lines from `pf` on into
+            /// L2, at most one a depth step of each half-panel pass, spread evenly over them:
+            /// see [`crate::kernels::TilePrefetchFn`].
+            ///
+            /// # Safety
+            /// As for `kernel`; `pf` may point anywhere (prefetches do not fault and it is
+            /// never read).
+            pub unsafe fn kernel_prefetch(
+                rows: usize,
+                cols: usize,
+                kc: usize,
+                a: *const $T,
+                b: *const $T,
+                ldb: usize,
+                c: *mut $T,
+                ldc: usize,
+                accumulate: bool,
+                pf: *const $T,
+                pf_lines: usize,
+            ) {
+                strips_for::<false, false, true>(
+                    rows,
+                    cols,
+                    kc,
+                    a,
+                    b,
+                    ldb,
+                    c,
+                    ldc,
+                    accumulate,
+                    std::ptr::null_mut(),
+                    pf,
+                    pf_lines,
                 )
             }
 
             /// The strips a tile of `rows` rows takes (`NEXT`, `COPY`: as for `strips`).
             #[inline(always)]
-            unsafe fn strips_for<const NEXT: bool, const COPY: bool>(
+            unsafe fn strips_for<const NEXT: bool, const COPY: bool, const PF: bool>(
                 rows: usize,
                 cols: usize,
                 kc: usize,
@@ -287,18 +358,20 @@ macro_rules! avx2_impl {
                 ldc: usize,
                 accumulate: bool,
                 dst: *mut $T,
+                pf: *const $T,
+                pf_lines: usize,
             ) {
                 if rows <= 3 {
                     // Few rows (the last tile of a row block, T = 1 to 3): the whole panel per
                     // pass, so that there are 4 to 12 accumulator chains rather than 2 to 6
                     // (two FMA pipes of latency 4 need 8 to stay busy). No next-panel
                     // prefetch: after a tile of 6 rows (T = 7 to 9) that tile has done it.
-                    strips::<4, { $MR }, false, COPY>(
-                        rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst,
+                    strips::<4, { $MR }, false, COPY, PF>(
+                        rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst, pf, pf_lines,
                     )
                 } else {
-                    strips::<2, { $MR }, NEXT, COPY>(
-                        rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst,
+                    strips::<2, { $MR }, NEXT, COPY, PF>(
+                        rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst, pf, pf_lines,
                     )
                 }
             }
@@ -332,7 +405,20 @@ macro_rules! avx2_impl {
                 accumulate: bool,
                 dst: *mut $T,
             ) {
-                strips_for::<false, true>(rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst)
+                strips_for::<false, true, false>(
+                    rows,
+                    cols,
+                    kc,
+                    a,
+                    b,
+                    ldb,
+                    c,
+                    ldc,
+                    accumulate,
+                    dst,
+                    std::ptr::null(),
+                    0,
+                )
             }
 
             /// `G` consecutive vectors (from vector `v0`, vector v being columns v L .. v L + L
@@ -610,8 +696,10 @@ avx2_impl!(
 );
 
 pub use f32k::{
-    kernel as kernel_f32, kernel_copy as kernel_copy_f32, stream as stream_f32, wide as wide_f32,
+    kernel as kernel_f32, kernel_copy as kernel_copy_f32, kernel_prefetch as kernel_prefetch_f32,
+    stream as stream_f32, wide as wide_f32,
 };
 pub use f64k::{
-    kernel as kernel_f64, kernel_copy as kernel_copy_f64, stream as stream_f64, wide as wide_f64,
+    kernel as kernel_f64, kernel_copy as kernel_copy_f64, kernel_prefetch as kernel_prefetch_f64,
+    stream as stream_f64, wide as wide_f64,
 };

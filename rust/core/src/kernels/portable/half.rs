@@ -55,6 +55,7 @@ pub fn half_kernels<T: Element, H: HalfFormat>() -> GemmKernels<T, H> {
         tile: kernel::<T, H>,
         tile_few: None,
         tile_copy: None,
+        tile_prefetch: None,
         wide: None,
         stream: None,
         pack_a_panel: None,
