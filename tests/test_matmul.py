@@ -119,6 +119,16 @@ def test_few_rows_against_a_wide_plain_b(dtype):
         gptcore.set_num_threads(before)
 
 
+def _assert_reference_bits_on_every_kernel(a, b, pb):
+    # a @ pb (b packed) on every kernel and on 1 and 3 threads: matmul_reference's bits.
+    want = gptcore.matmul_reference(a, b)
+    for kern in KERNELS:
+        for threads in (1, 3):
+            gptcore.set_num_threads(threads)
+            got = gptcore.matmul(a, pb, kernel=kern)
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (kern, threads, a.shape)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_few_rows_against_packed_weights(dtype):
     # 1 to 37 rows against packed weights (the AVX2 kernels take each panel in depth chunks
@@ -132,12 +142,7 @@ def test_few_rows_against_packed_weights(dtype):
             pb = gptcore.PackedMatrix(b)
             for m in (1, 4, 6, 7, 8, 12, 13, 24, 36, 37):
                 a = rng.standard_normal((m, k)).astype(dtype)
-                want = gptcore.matmul_reference(a, b)
-                for kern in KERNELS:
-                    for threads in (1, 3):
-                        gptcore.set_num_threads(threads)
-                        got = gptcore.matmul(a, pb, kernel=kern)
-                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (kern, threads, m, k)
+                _assert_reference_bits_on_every_kernel(a, b, pb)
     finally:
         gptcore.set_num_threads(before)
 
@@ -153,13 +158,7 @@ def test_many_rows_against_packed_weights(dtype):
         for m, k, n in ((37, 900, 333), (64, 385, 555), (100, 1100, 320), (400, 390, 290)):
             a = rng.standard_normal((m, k)).astype(dtype)
             b = rng.standard_normal((k, n)).astype(dtype)
-            pb = gptcore.PackedMatrix(b)
-            want = gptcore.matmul_reference(a, b)
-            for kern in KERNELS:
-                for threads in (1, 3):
-                    gptcore.set_num_threads(threads)
-                    got = gptcore.matmul(a, pb, kernel=kern)
-                    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (kern, threads, m, k)
+            _assert_reference_bits_on_every_kernel(a, b, gptcore.PackedMatrix(b))
     finally:
         gptcore.set_num_threads(before)
 

@@ -826,6 +826,28 @@ macro_rules! assert_avx2_has {
     };
 }
 
+/// A random (m x k) A times a random (k x n) B packed once: the reference's bits for every
+/// kernel on 1 and 3 threads, the epilogue included ([`check_every_kernel_on_1_and_3_threads`]).
+fn check_packed_product<T: GemmElement>(
+    rng: &mut rand::rngs::StdRng,
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    let a = random::<T>(rng, m * k);
+    let b = random::<T>(rng, k * n);
+    let want = reference_product(&a, &b, m, k, n);
+    let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
+    let av = MatRef::from_slice(&a, m, k);
+    check_every_kernel_on_1_and_3_threads(
+        m,
+        n,
+        &want,
+        |c, ldc, opts| gemm(av, Rhs::Packed(&pb), c, ldc, opts).unwrap(),
+        || format!("m={m} k={k} n={n}"),
+    );
+}
+
 /// [`check_with_epilogue`] for `product` with every kernel, on 1 and on 3 threads (the thread
 /// count is restored after).
 fn check_every_kernel_on_1_and_3_threads<T: GemmElement>(
@@ -961,18 +983,7 @@ fn few_rows_in_depth_chunks_match_reference() {
         for k in [ch - 1, ch + 1, 2 * ch + 5, kc, 2 * kc + ch + 3] {
             for m in [1usize, 4, 6, 7, 8, 12, 13, 24, 31, 36, 37] {
                 let n = if m % 2 == 0 { 9 * nr + 5 } else { 2 * nr - 3 };
-                let a = random::<T>(&mut rng, m * k);
-                let b = random::<T>(&mut rng, k * n);
-                let want = reference_product(&a, &b, m, k, n);
-                let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
-                let av = MatRef::from_slice(&a, m, k);
-                check_every_kernel_on_1_and_3_threads(
-                    m,
-                    n,
-                    &want,
-                    |c, ldc, opts| gemm(av, Rhs::Packed(&pb), c, ldc, opts).unwrap(),
-                    || format!("m={m} k={k} n={n}"),
-                );
+                check_packed_product::<T>(&mut rng, m, k, n);
             }
         }
     }
@@ -998,18 +1009,7 @@ fn row_tiles_prefetching_the_next_group_match_reference() {
             (100, 3 * kc - 1, 10 * nr),
             (2 * MC + 11, kc + 7, 9 * nr + 1),
         ] {
-            let a = random::<T>(&mut rng, m * k);
-            let b = random::<T>(&mut rng, k * n);
-            let want = reference_product(&a, &b, m, k, n);
-            let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
-            let av = MatRef::from_slice(&a, m, k);
-            check_every_kernel_on_1_and_3_threads(
-                m,
-                n,
-                &want,
-                |c, ldc, opts| gemm(av, Rhs::Packed(&pb), c, ldc, opts).unwrap(),
-                || format!("m={m} k={k} n={n}"),
-            );
+            check_packed_product::<T>(&mut rng, m, k, n);
         }
     }
     check::<f32>();
