@@ -528,7 +528,8 @@ mod ahead_tests {
     /// at most one slice's rounding, whatever the counts (more slices than lines too).
     #[test]
     fn slices_cover_the_run_once_in_order() {
-        let base = [0f32; 4].as_ptr();
+        let run = [0f32; 16];
+        let base = run.as_ptr();
         for lines in [0usize, 1, 7, 64, 768, 6145] {
             for count in [1usize, 2, 3, 11, 88, 1000] {
                 let ahead = Ahead { start: base, lines };

@@ -310,7 +310,8 @@ macro_rules! avx2_impl {
             }
 
             /// The tile kernel that also prefetches `pf_lines` cache lines from `pf` on into
-            /// L2, at most one a depth step of each half-panel pass, spread evenly over them:
+            /// L2, spread evenly over the depth steps of its passes over the panel (two
+            /// half-panel passes from 4 rows, one whole-panel pass below), at most one a step:
             /// see [`crate::kernels::TilePrefetchFn`].
             ///
             /// # Safety
