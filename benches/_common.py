@@ -347,6 +347,19 @@ class Result:
         return (max(self.samples) - min(self.samples)) / self.median
 
 
+def paired_speed(res: Dict[str, Result], base: str, ours: str) -> float:
+    """How many times faster ``ours`` ran than ``base``: the median over the rounds of
+    ``compare`` of base's sample / ours's sample of the same round. The two samples of a round
+    are taken one right after the other, so a slowdown of the machine that lasts seconds (other
+    tenants of a shared host) touches both alike and cancels in their ratio, where it would
+    shift the median of one side alone. On the shared 2-core Xeon (gptcore's AVX2 path against
+    OpenBLAS's Haswell kernels, 256 x 768 x 2304 float32, one thread), two sets of eight runs
+    of seven rounds gave ratios of the medians over 0.87-1.33 and 0.80-1.04, and medians of the
+    per-round ratios over 0.92-1.04 and 0.84-1.04."""
+    pairs = [b / o for b, o in zip(res[base].samples, res[ours].samples)]
+    return statistics.median(pairs)
+
+
 def _calibrate(fn: Callable[[], object], min_time: float, max_inner: int) -> int:
     t0 = time.perf_counter()
     fn()  # warm up (page faults, packing caches, thread start)

@@ -42,6 +42,7 @@ from _common import (
     SETTLE_THREADED,
     closing_line,
     compare,
+    paired_speed,
     environment_report,
     fmt,
     fmt_bytes,
@@ -258,7 +259,8 @@ def main():
     if args.check_only:
         return
     print(f"- {reps} samples each, median; implementations alternate; 'speed' columns are "
-          f"baseline time / gptcore time (> 1: gptcore faster); noise = (max - min) / median, worst side\n")
+          f"baseline time / gptcore time (> 1: gptcore faster), the median of the ratios of the "
+          f"two samples of each round; noise = (max - min) / median, worst side\n")
 
     names = list(runners)
     headers = ["B x T", "thr"] + [f"{n} ms" for n in names]
@@ -279,7 +281,7 @@ def main():
             row = [f"{B} x {T}", threads] + [fmt(res[n].median * 1e3, 1) for n in names]
             for base in ("torch", "numpy"):
                 if "gptcore" in res and base in res:
-                    row.append(fmt(res[base].median / res["gptcore"].median, 2))
+                    row.append(fmt(paired_speed(res, base, "gptcore"), 2))
             row += [fmt(floor * 1e3, 1), "compute" if t_c >= t_m else "memory"]
             row += [f"{100 * floor / res[n].median:.0f}%" for n in names]
             row.append(f"{100 * max(r.spread for r in res.values()):.0f}%")

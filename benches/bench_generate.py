@@ -51,6 +51,7 @@ from _common import (
     bandwidth,
     closing_line,
     compare,
+    paired_speed,
     environment_report,
     fmt,
     fmt_bytes,
@@ -222,7 +223,7 @@ def main():
     setup_machine(args, threads_list)
     print(environment_report(notes))
     print(f"- {reps} samples each, median; tokens/s = B * {NEW} / time per call; speed = gptcore tok/s / "
-          f"baseline tok/s; noise = (max - min) / median, worst side\n")
+          f"baseline tok/s (the median of the per-round ratios); noise = (max - min) / median, worst side\n")
 
     headers = ["B", "thr", "gptcore tok/s", "transformers tok/s", "gptcore/transformers", "llama.cpp F32 tok/s",
                "gptcore/llama.cpp", "BW bound tok/s", "gptcore %BW bound", "floor tok/s", "gptcore %floor",
@@ -260,6 +261,9 @@ def main():
                 return
             res = compare(fns, reps=reps, min_time=0.0, settle=SETTLE_THREADED if threads > 1 else 0.0)
             tok = {k: B * NEW / r.median for k, r in res.items()}
+
+            def speed(ours, base):
+                return paired_speed(res, base, ours) if ours in res and base in res else None
             bw_bound = B * bandwidth(threads) / wbytes
             floor = B * NEW / generation_floor(config, weights, B, threads)
             agree = "-"
@@ -267,8 +271,8 @@ def main():
                 agree = f"{leading_agreement(outs['gptcore'], outs['transformers'])}/{NEW}"
             g, t, l32 = tok.get("gptcore"), tok.get("transformers"), tok.get("llama.cpp F32")
             rows.append([
-                B, threads, fmt(g, 1), fmt(t, 1), fmt(g / t if g and t else None, 2),
-                fmt(l32, 1), fmt(g / l32 if g and l32 else None, 2), fmt(bw_bound, 1),
+                B, threads, fmt(g, 1), fmt(t, 1), fmt(speed("gptcore", "transformers"), 2),
+                fmt(l32, 1), fmt(speed("gptcore", "llama.cpp F32"), 2), fmt(bw_bound, 1),
                 f"{100 * g / bw_bound:.0f}%" if g else "-", fmt(floor, 1),
                 f"{100 * g / floor:.0f}%" if g else "-", f"{100 * t / floor:.0f}%" if t else "-",
                 agree, f"{100 * max(r.spread for r in res.values()):.0f}%",
@@ -280,13 +284,13 @@ def main():
             agree_rows.append((B, threads, {k: leading_agreement(outs["gptcore"], outs[k]) for k in others}))
             tb16, l16 = tok.get("transformers bfloat16"), tok.get("llama.cpp F16")
             for wd in half_models:
-                h = tok["gptcore " + wd]
+                h, hw = tok["gptcore " + wd], "gptcore " + wd
                 lead = leading_agreement(outs["gptcore " + wd], outs["gptcore"])
-                half_rows.append([B, threads, wd, fmt(g, 1), fmt(h, 1), fmt(h / g if g else None, 2),
+                half_rows.append([B, threads, wd, fmt(g, 1), fmt(h, 1), fmt(speed(hw, "gptcore"), 2),
                                   f"{100 * h / (2 * bw_bound):.0f}%", f"{lead}/{NEW}",
-                                  fmt(t, 1), fmt(tb16, 1), fmt(h / t if t else None, 2),
-                                  fmt(h / tb16 if tb16 else None, 2), fmt(l16, 1),
-                                  fmt(h / l16 if l16 else None, 2)])
+                                  fmt(t, 1), fmt(tb16, 1), fmt(speed(hw, "transformers"), 2),
+                                  fmt(speed(hw, "transformers bfloat16"), 2), fmt(l16, 1),
+                                  fmt(speed(hw, "llama.cpp F16"), 2)])
             print(f"  done threads={threads} B={B} ({time.perf_counter() - t0:.0f} s)", flush=True)
     for lm in llamas.values():
         lm.close()
@@ -318,7 +322,7 @@ def main():
             res = compare(fns, reps=max(reps, 5), min_time=0.2)
             for wd in half_models:
                 prefill.append([threads, wd, fmt(128 / res["float32"].median, 0), fmt(128 / res[wd].median, 0),
-                                fmt(res["float32"].median / res[wd].median, 2)])
+                                fmt(paired_speed(res, "float32", wd), 2)])
         print("\nPrefill, forward over 1 x 128 tokens (tokens/s):\n")
         print(markdown_table(["thr", "weights", "float32", "16-bit", "x float32"], prefill))
         print("\nWeights held: float32 " + fmt_bytes(model.nbytes) + "; " + "; ".join(

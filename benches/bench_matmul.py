@@ -29,6 +29,7 @@ from _common import (
     bandwidth,
     closing_line,
     compare,
+    paired_speed,
     environment_report,
     fmt,
     gptcore,
@@ -111,7 +112,7 @@ def run_case(rng, m, k, n, dtype, threads, reps, min_time, settle, unpacked):
         rows.append([
             np.dtype(dtype).name, threads, f"{m}x{k}x{n}",
             ("packed" if name == "gptcore" else "unpacked") + (f", {count} mats" if count > 1 else ""),
-            fmt(rate / 1e9, 1), fmt(np_rate / 1e9, 1), fmt(rate / np_rate, 2),
+            fmt(rate / 1e9, 1), fmt(np_rate / 1e9, 1), fmt(paired_speed(res, "numpy", name), 2),
             f"{100 * rate / peak:.0f}%", f"{100 * np_rate / peak:.0f}%", bw,
             f"{100 * max(r.spread, res['numpy'].spread):.0f}%",
         ])
@@ -151,7 +152,8 @@ def main():
     print("# gptcore.matmul vs numpy @\n")
     print(environment_report())
     print(f"- reps {reps} (median), min sample {min_time * 1e3:.0f} ms, weights rotated for T <= {STREAM_T} "
-          f"(> {stream_bytes() >> 20} MiB distinct); %peak = against the peak per core above x threads; "
+          f"(> {stream_bytes() >> 20} MiB distinct); gptcore/numpy = the median of the speed ratios of the "
+          f"two samples of each round; %peak = against the peak per core above x threads; "
           f"noise = (max - min) / median of the samples, worse of the two sides")
     print()
     headers = ["dtype", "thr", "MxKxN", "b", "gptcore GF/s", "numpy GF/s", "gptcore/numpy",
