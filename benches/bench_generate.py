@@ -264,6 +264,7 @@ def main():
 
             def speed(ours, base):
                 return paired_speed(res, base, ours) if ours in res and base in res else None
+
             bw_bound = B * bandwidth(threads) / wbytes
             floor = B * NEW / generation_floor(config, weights, B, threads)
             agree = "-"
@@ -284,8 +285,9 @@ def main():
             agree_rows.append((B, threads, {k: leading_agreement(outs["gptcore"], outs[k]) for k in others}))
             tb16, l16 = tok.get("transformers bfloat16"), tok.get("llama.cpp F16")
             for wd in half_models:
-                h, hw = tok["gptcore " + wd], "gptcore " + wd
-                lead = leading_agreement(outs["gptcore " + wd], outs["gptcore"])
+                hw = "gptcore " + wd
+                h = tok[hw]
+                lead = leading_agreement(outs[hw], outs["gptcore"])
                 half_rows.append([B, threads, wd, fmt(g, 1), fmt(h, 1), fmt(speed(hw, "gptcore"), 2),
                                   f"{100 * h / (2 * bw_bound):.0f}%", f"{lead}/{NEW}",
                                   fmt(t, 1), fmt(tb16, 1), fmt(speed(hw, "transformers"), 2),
