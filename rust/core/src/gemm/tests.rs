@@ -45,12 +45,7 @@ fn check_product<T: GemmElement>(
 ) {
     let a = random::<T>(rng, m * k);
     let b = random::<T>(rng, k * n);
-    let mut want = vec![T::ZERO; m * n];
-    gemm_reference(
-        MatRef::from_slice(&a, m, k),
-        MatRef::from_slice(&b, k, n),
-        &mut want,
-    );
+    let want = reference_product(&a, &b, m, k, n);
     // The packed-A buffer (reused, never cleared) full of NaN: the rows padding the last
     // panel keep it, so a kernel that read them would leave NaN in C or past its rows.
     let poison = |_: ()| {
@@ -430,12 +425,7 @@ fn stream_kernel_matches_reference() {
                 let aw = random::<T>(&mut rng, m * lda);
                 let a: Vec<T> = (0..m * k).map(|x| aw[(x / k) * lda + x % k]).collect();
                 let at: Vec<T> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
-                let mut want = vec![T::ZERO; m * n];
-                gemm_reference(
-                    MatRef::from_slice(&a, m, k),
-                    MatRef::from_slice(&b, k, n),
-                    &mut want,
-                );
+                let want = reference_product(&a, &b, m, k, n);
                 let bview = unsafe { MatRef::from_raw(bw.as_ptr(), k, n, ldb as isize, 1) };
                 let views = [
                     unsafe { MatRef::from_raw(aw.as_ptr(), m, k, lda as isize, 1) },
@@ -485,12 +475,7 @@ fn column_chunks_of_a_large_b_match_reference() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
     let a = random::<f32>(&mut rng, m * k);
     let b = random::<f32>(&mut rng, k * n);
-    let mut want = vec![0.0f32; m * n];
-    gemm_reference(
-        MatRef::from_slice(&a, m, k),
-        MatRef::from_slice(&b, k, n),
-        &mut want,
-    );
+    let want = reference_product(&a, &b, m, k, n);
     let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
     for threads in [1, 2, 3] {
         crate::threads::set_num_threads(threads).unwrap();
