@@ -15,8 +15,9 @@
 //!
 //! For B read in place with rows that share L1 sets, the first row tile of LOOP 2 copies the
 //! panels it reads and the others read the copy (see `macro_kernel`). A row block of at most
-//! 36 rows against packed panels, with a family's few-rows kernel, swaps LOOPS 2 and 1 and
-//! cuts each panel into depth chunks (see `few_rows_in_chunks`).
+//! 36 rows against packed panels, with a family's prefetching tile kernel, swaps LOOPS 2 and 1
+//! and cuts each panel into depth chunks, each fetched two chunks ahead (see
+//! `few_rows_in_chunks`).
 //!
 //! Every item computes a disjoint block of C through all depth blocks in order, so each element's
 //! chain is continued block after block by one thread (the exactness contract).
@@ -38,7 +39,7 @@
 
 use super::pack::{KBlocks, PackedB, PanelValue};
 use super::{tuning, BSource, Epilogue, Tile};
-use crate::kernels::{GemmKernels, TileCopyFn, TileFn, WIDE_ROWS};
+use crate::kernels::{GemmKernels, TileCopyFn, TilePrefetchFn, WIDE_ROWS};
 use crate::threads;
 use crate::Element;
 
@@ -335,34 +336,25 @@ fn macro_kernel<T: Element, W: PanelValue>(
             jp += 4;
         }
     }
-    if let (Some(few), BSource::Packed(_)) = (kernels.tile_few, b) {
+    if let (Some(tile_prefetch), BSource::Packed(pb)) = (kernels.tile_prefetch, b) {
         if i1 - i0 <= FEW_ROWS_CHUNKED {
-            // The first row tile reads the panels from memory: the few-rows kernel there.
-            let rest = if i1 - i0 <= ROW_QUANTUM {
-                few
-            } else {
-                kernels.tile
-            };
             few_rows_in_chunks(
-                (few, rest),
+                tile_prefetch,
                 mr,
                 kc,
                 ablock,
-                b,
+                pb,
                 p,
                 last,
                 (i0, i1),
                 (jp, g1),
                 out,
+                ahead,
             );
             return;
         }
     }
-    // One or two row tiles: each panel comes from memory and is done with after them.
-    let tile = match kernels.tile_few {
-        Some(few) if i1 - i0 <= ROW_QUANTUM => few,
-        _ => kernels.tile,
-    };
+    let tile = kernels.tile;
     // LOOP 2: row tiles. `copy`: the copying tile kernel and the buffer it copies the group's
     // panels into (the first row tile copies, the others read the copy), or none.
     let row_tiles = |copy: Option<(TileCopyFn<T, W>, *mut W)>| {
@@ -443,86 +435,105 @@ fn macro_kernel<T: Element, W: PanelValue>(
 /// (NR = 32 float32 or 16 float64 values a step).
 pub const FEW_ROWS_CHUNK: usize = 96;
 
+/// How far ahead of the chunk they compute the row tiles of [`few_rows_in_chunks`] fetch packed
+/// B: this many chunks (24 KiB).
+pub const FEW_ROWS_AHEAD: usize = 2;
+
 /// Row blocks of at most this many rows (three row quanta) take packed panels in depth chunks,
-/// with a family that has a few-rows kernel.
+/// with a family that has a prefetching tile kernel.
 pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
 
-/// LOOPS 2 and 1 for a row block of at most [`FEW_ROWS_CHUNKED`] rows against packed panels,
-/// with `first` (the family's few-rows kernel) on the first row tile and `rest` on the
-/// others: panels outer, each panel taken in depth chunks of [`FEW_ROWS_CHUNK`] steps, and
-/// every row tile through a chunk before the next chunk (the tiles' C values stay in L1 in
-/// between, and each element's chain goes on from them in the same order: the bits do not
-/// change).
+/// LOOPS 2 and 1 for a row block of at most [`FEW_ROWS_CHUNKED`] rows against packed panels
+/// `jp..g1` of depth block `p`, all with the family's prefetching tile kernel: panels outer,
+/// each panel taken in depth chunks of [`FEW_ROWS_CHUNK`] steps, and every row tile through a
+/// chunk before the next chunk (the tiles' C values stay in L1 in between, and each element's
+/// chain goes on from them in the same order: the bits do not change).
 ///
-/// Here every panel comes from memory and is read by the tiles in several passes (the AVX2
-/// tile reads a panel as two half-panels, then the next tile reads it again). Through a
-/// whole depth block, only the first pass waits for memory and the later passes find the
-/// panel in L1/L2, so memory and the FMA units take turns. In chunks, the passes over one
-/// chunk alternate with the fetching of the next, which the kernel's prefetches request
-/// ahead (the next-panel prefetch of the few-rows kernel now reaches the next chunk); the
-/// tiles after the first find the chunk in L1. With the
-/// AVX2 path forced on the 2-core Sapphire Rapids Xeon (medians of 7-21 samples alternating
-/// whole depth blocks and chunks in one process):
-/// - products over 400 MB of packed GPT-2 shapes (768x3072, 3072x768, 768x2304), one thread,
-///   GFLOP/s: float32 4 rows 18-21 -> 21-23, 8 rows 31-34 -> 34-38, 12 rows 36-45 -> 39-48;
-///   float64 8 rows 18-20 -> 20-22, 12 rows 22-24 -> 24-27;
-/// - a GPT-2 small forward, two threads: 8 tokens 42.2 / 37.6 / 32.3 -> 33.7 / 33.6 / 28.6 ms
-///   (three runs), 12 tokens 41.3 -> 37.7 ms, one token of 8 sequences 37.8 / 37.0 -> 32.5 /
-///   34.1 ms; one thread, 8 tokens 66.0 / 57.5 -> 59.3 / 52.8 ms.
+/// Here every panel comes from memory once and is then read again from L1 by the other row
+/// tiles, and by the AVX2 tile in two half-panel passes. So that memory keeps working while
+/// the tiles compute, the tiles of each chunk fetch into L2 the packed B that lies
+/// [`FEW_ROWS_AHEAD`] chunks further on, each tile an equal slice of a chunk's lines, spread
+/// over its depth steps. The panels `jp..g1` of one depth block lie one after the other, so
+/// that is where these tiles read next; past their end the fetch goes on in `ahead` (the packed
+/// B this row block reads next, see [`Ahead`]).
+///
+/// With the AVX2 path forced on the 2-core Sapphire Rapids Xeon (per-round ratios of samples
+/// alternating in one process, against the earlier scheme, in which only the first row tile's
+/// second half-pass fetched the next chunk, within one step of it: medians of 9-15 rounds):
+/// - products over 400 MB of packed GPT-2 small shapes (768x3072, 3072x768, 768x2304), one
+///   thread, speed: float32 4 / 8 / 12 / 24 rows 1.18 / 1.11 / 1.16 / 1.18, float64 1.07 /
+///   1.14 / 1.21 / 1.19;
+/// - a GPT-2 small forward, two threads: 8 tokens 1.04-1.16, 12 tokens 1.26-1.31, 24 tokens
+///   1.17-1.22, one token of 8 sequences 1.09-1.20, 4 x 4 tokens 1.16; one thread, 8 tokens
+///   1.10.
+///
+/// One chunk ahead did a little less (float32 8 rows 1.08, 12 tokens 1.15), three about the
+/// same. Before, the fetch of a chunk came in a burst during one pass of the first tile and
+/// memory idled during the others, so fetching and computing mostly took turns: a forward over
+/// 12 tokens took about its memory time plus its compute time.
 ///
 /// Chunks of 64 steps did about as well as 96, of 128-192 steps less; of 32-48 steps lost on
-/// two threads (more C traffic than the overlap gains).
-///
-/// Row blocks of 13 to 36 rows (the first tile with the few-rows kernel, the others with the
-/// plain one) gained too, same machine and method: one thread, GFLOP/s, 24 rows 56 -> 59-61
-/// (B from memory) and 69-71 -> 74-76 (B in the cache), 36 rows 60-62 -> 64-67 and 71-74 ->
-/// 72-76; a forward over 24 tokens on two threads 70.3 -> 61.1 ms, over 16 and 32 tokens
-/// 47.3 -> 45.7 and 87.7 -> 82.4 ms, over 36 tokens 87.1 against 88.3. Not beyond: at 48
-/// rows with B in the cache 66-73 against 66-77, and every row block in chunks took
-/// 1024x3072x768 from 74 to 69 GFLOP/s.
+/// two threads (more C traffic than the overlap gains), measured with the earlier fetch.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn few_rows_in_chunks<T: Element, W: PanelValue>(
-    (first, rest): (TileFn<T, W>, TileFn<T, W>),
+    tile_prefetch: TilePrefetchFn<T, W>,
     mr: usize,
     kc: usize,
     ablock: &[T],
-    b: &BSource<'_, W>,
+    pb: &PackedB<W>,
     p: usize,
     last: bool,
     (i0, i1): (usize, usize),
     (jp, g1): (usize, usize),
     out: &Out<'_, T>,
+    ahead: Option<Ahead<W>>,
 ) {
-    let n = out.n;
+    let (n, nr) = (out.n, W::PANEL_NR);
+    let tiles = (i1 - i0).div_ceil(mr);
+    // The panels jp..g1 of this depth block: `region` values from `start`, then `ahead`.
+    let start = pb.panel(p, jp);
+    let region = (g1 - jp) * kc * nr;
+    let per_line = 64 / std::mem::size_of::<W>();
     for q in jp..g1 {
-        let j0 = q * W::PANEL_NR;
-        let cols = W::PANEL_NR.min(n - j0);
-        let (bp, ldb) = b.panel(p, q);
+        let j0 = q * nr;
+        let cols = nr.min(n - j0);
+        let bp = pb.panel(p, q);
         let mut s = 0;
         while s < kc {
             let len = FEW_ROWS_CHUNK.min(kc - s);
+            // The run to fetch: one chunk's lines, FEW_ROWS_AHEAD chunks on.
+            let lines = (len * nr).div_ceil(per_line);
+            let per_tile = lines.div_ceil(tiles);
+            let target = (q - jp) * kc * nr + (s + FEW_ROWS_AHEAD * FEW_ROWS_CHUNK) * nr;
             let mut i = i0;
             while i < i1 {
                 let rows = mr.min(i1 - i);
                 // The A panel of the tile holds mr values a step; this chunk starts s steps in.
                 let ap = ablock[(i / mr) * mr * kc + s * mr..].as_ptr();
-                let tile = if i == i0 { first } else { rest };
+                let first = ((i - i0) / mr * per_tile).min(lines);
+                let at = target + first * per_line;
+                let pf = match ahead {
+                    Some(next) if at >= region => next.start.wrapping_add(at - region),
+                    _ => start.wrapping_add(at),
+                };
                 // SAFETY: the A panel holds kc*mr values and the chunk's len steps start s
-                // steps in; the B panel holds kc steps of NR readable values ldb apart, and so
-                // does its chunk from step s; the C tile at (i, j0) lies inside C and belongs
-                // to this item.
+                // steps in; the packed panel holds kc steps of NR values, and so does its chunk
+                // from step s; the C tile at (i, j0) lies inside C and belongs to this item.
+                // Prefetched addresses are never read.
                 unsafe {
-                    tile(
+                    tile_prefetch(
                         rows,
                         cols,
                         len,
                         ap,
-                        bp.add(s * ldb),
-                        ldb,
+                        bp.add(s * nr),
+                        nr,
                         out.at(i, j0),
                         out.ldc,
                         p > 0 || s > 0,
+                        pf,
+                        per_tile.min(lines - first),
                     );
                 }
                 i += rows;

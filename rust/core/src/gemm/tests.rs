@@ -576,9 +576,9 @@ fn micro_kernels_called_directly_match_the_chain() {
         for kernel in available() {
             let spec = T::gemm_kernels(kernel);
             let mr = spec.mr;
-            // The tile kernel, its few-rows variant, its copying one and its prefetching one,
-            // where the family has them.
-            let entries = [Some(Entry::Tile(spec.tile)), spec.tile_few.map(Entry::Tile)]
+            // The tile kernel, its copying variant and its prefetching one, where the family
+            // has them.
+            let entries = [Some(Entry::Tile(spec.tile))]
                 .into_iter()
                 .chain([spec.tile_copy.map(Entry::Copy)])
                 .chain([spec.tile_prefetch.map(Entry::Prefetch)])
@@ -953,7 +953,7 @@ fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
 }
 
 /// Row blocks of at most `FEW_ROWS_CHUNKED` rows against packed panels, which a family with a
-/// few-rows kernel (AVX2) takes in depth chunks of `FEW_ROWS_CHUNK` steps: the reference's bits
+/// prefetching tile kernel (AVX2) takes in depth chunks of `FEW_ROWS_CHUNK` steps: the reference's bits
 /// for every kernel on 1 and 3 threads, 1 to 37 rows (one tile to four, the first past the
 /// chunked ones), depths around the chunk and the depth block (a short last chunk, several
 /// blocks), a partial last panel and column groups past the first, and the epilogue seeing
@@ -961,7 +961,7 @@ fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
 #[test]
 fn few_rows_in_depth_chunks_match_reference() {
     // Not a vacuous test where AVX2 runs: its kernels take the chunked path here.
-    assert_avx2_has!(tile_few);
+    assert_avx2_has!(tile_prefetch);
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(93);
         let (ch, kc, nr) = (loops::FEW_ROWS_CHUNK, T::KC_MAX, T::NR);

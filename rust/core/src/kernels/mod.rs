@@ -7,10 +7,9 @@
 //!   family so that a matrix packed once serves whichever family is active; `mr` divides 12,
 //!   the row tiles work is shared out in);
 //! * the **tile kernel** ([`TileFn`]), the one that does the work of large products, and
-//!   optionally a variant of it for row blocks of one or two tiles (`tile_few`: B from memory,
-//!   so it may prefetch ahead of the panel it reads), one that copies the panel it reads
-//!   (`tile_copy`, for B read in place whose rows share L1 sets), and one that prefetches a
-//!   given run of packed B into L2 as it goes (`tile_prefetch`, for row blocks of many tiles);
+//!   optionally a variant of it that copies the panel it reads (`tile_copy`, for B read in
+//!   place whose rows share L1 sets), and one that prefetches a given run of packed B into L2
+//!   as it goes (`tile_prefetch`, for every row block against packed B);
 //! * optionally a **wide kernel** ([`WideFn`], 1 to [`WIDE_ROWS`] rows against four panels) and a
 //!   **stream kernel** ([`StreamFn`], 1 to [`STREAM_ROWS`] rows against B read in place);
 //! * optionally a **panel packer** for A ([`PackPanelFn`]);
@@ -94,15 +93,6 @@ pub struct GemmKernels<T, W = T> {
     /// Rows of a tile (divides 12).
     pub mr: usize,
     pub tile: TileFn<T, W>,
-    /// The tile kernel for a row block of at most [`crate::gemm::ROW_QUANTUM`] rows (one or two
-    /// tiles), where every B panel comes from memory and is done with after those tiles: it
-    /// may fetch the next panel ahead while it computes (the plain tile kernel must not: for
-    /// many row tiles that traffic only takes load slots from the panels already in cache).
-    /// The loops run it over packed panels in depth chunks (`gemm::loops::FEW_ROWS_CHUNK`
-    /// steps, every row tile through a chunk before the next), so the prefetch reaches the
-    /// next chunk; in row blocks of 13 to 36 rows, on the first row tile (the plain kernel on
-    /// the others). `None`: the plain tile kernel serves, through whole depth blocks.
-    pub tile_few: Option<TileFn<T, W>>,
     /// The tile kernel copying the panel it reads ([`TileCopyFn`]), for a family whose tile
     /// reads a panel in several passes: for B read in place with rows that share L1 sets, a
     /// row block's first tile copies each panel and the other tiles read the copy. `None`:
@@ -110,7 +100,9 @@ pub struct GemmKernels<T, W = T> {
     pub tile_copy: Option<TileCopyFn<T, W>>,
     /// The tile kernel prefetching packed B ahead ([`TilePrefetchFn`]): against packed panels
     /// the row tiles of a column group and depth block each fetch a slice of the next one
-    /// into L2 (see `gemm::loops`). `None`: the plain tile kernel, no such prefetch.
+    /// into L2, and a row block of at most 36 rows takes each panel in depth chunks, the row
+    /// tiles of a chunk fetching the packed B two chunks on (see `gemm::loops`). `None`: the
+    /// plain tile kernel, no such prefetch, whole depth blocks.
     pub tile_prefetch: Option<TilePrefetchFn<T, W>>,
     pub wide: Option<WideFn<T, W>>,
     pub stream: Option<StreamFn<T, W>>,

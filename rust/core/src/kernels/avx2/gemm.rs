@@ -10,13 +10,10 @@
 //!   1024x3072x768 57 / 38 / 40; f64 256x768x2304 35 / 22 / 27, 1024x768x3072 36 / 23 / 29.
 //!   In cache (one 6-row A panel against 8 packed panels, best of 2000 runs) it does 82-87
 //!   GFLOP/s f32 and 39-44 f64 on that machine, about its AVX2 FMA peak.
-//! - Few-rows tile kernel (`kernel::<true>`, row blocks of at most 12 rows, B from memory): the
-//!   tile kernel, with the packed values that follow prefetched into L2 during the second
-//!   half-pass (the loops call it on depth chunks of each panel).
-//! - Prefetching tile kernel (`kernel_prefetch`, row blocks of more tiles against packed B):
-//!   the tile kernel, prefetching a given run of cache lines into L2 at an even pace over its
-//!   depth steps (the loops hand each row tile a slice of the packed B read next, see
-//!   `gemm::loops::Ahead`).
+//! - Prefetching tile kernel (`kernel_prefetch`, every row block against packed B): the tile
+//!   kernel, prefetching a given run of cache lines into L2 at an even pace over its depth
+//!   steps (the loops hand each row tile a slice of the packed B read next, see
+//!   `gemm::loops::Ahead` and `gemm::loops::few_rows_in_chunks`).
 //! - Copying tile kernel (`kernel_copy`): the tile kernel storing the B panel it reads into a
 //!   packed copy, for B read in place whose rows share L1 sets.
 //! - Wide kernel (1 to 3 rows against 4 consecutive panels): the 16 vectors per row are
@@ -87,7 +84,6 @@ macro_rules! avx2_impl {
                 const M: usize,
                 const V: usize,
                 const MRS: usize,
-                const NEXT: bool,
                 const COPY: bool,
                 const PF: bool,
             >(
@@ -99,7 +95,6 @@ macro_rules! avx2_impl {
                 c: *mut $T,
                 ldc: usize,
                 accumulate: bool,
-                next: usize,
                 dst: *mut $T,
                 pf: *const $T,
                 every: usize,
@@ -139,13 +134,6 @@ macro_rules! avx2_impl {
                     let ahead = bp.wrapping_add(dist * ldb);
                     _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(V * L - 1) as *const i8);
-                    if NEXT {
-                        // The same step of the panel read next, both of its cache lines (of
-                        // NR values), into L2.
-                        let nx = bp.wrapping_add(next);
-                        _mm_prefetch::<_MM_HINT_T1>(nx as *const i8);
-                        _mm_prefetch::<_MM_HINT_T1>(nx.wrapping_add(NR / 2) as *const i8);
-                    }
                     let mut bv = [$zero(); V];
                     for v in 0..V {
                         bv[v] = $loadu(bp.add(v * L));
@@ -180,21 +168,12 @@ macro_rules! avx2_impl {
             /// A panel of NR columns as `NR / (V L)` strips of V vectors, each through the
             /// whole depth block, for `rows` <= MRS rows.
             ///
-            /// `NEXT`: the last strip also prefetches the `kc` packed steps that follow these
-            /// in memory into L2, a step of them for each of its own (the loops call it on
-            /// depth chunks of a panel: the next chunk, or the next panel after the last).
             /// `COPY`: every strip also stores the B values it loads to `dst`, NR values a
             /// step, including the strips with no live column of C. `PF`: the strips prefetch
             /// `pf_lines` cache lines from `pf` on into L2, each strip an equal consecutive
             /// share (a strip with no live column does not run, and its share is not fetched).
             #[inline(always)]
-            unsafe fn strips<
-                const V: usize,
-                const MRS: usize,
-                const NEXT: bool,
-                const COPY: bool,
-                const PF: bool,
-            >(
+            unsafe fn strips<const V: usize, const MRS: usize, const COPY: bool, const PF: bool>(
                 rows: usize,
                 cols: usize,
                 kc: usize,
@@ -232,21 +211,16 @@ macro_rules! avx2_impl {
                     let cw = (cols - j).min(w);
                     let cj = c.add(j);
                     let dj = dst.wrapping_add(j);
-                    let next = kc * NR - j;
                     let pfj = pf.wrapping_add((j / w) * share * (64 / std::mem::size_of::<$T>()));
                     macro_rules! go {
                         ($m:literal) => {
-                            if NEXT && ldb == NR && j + w >= cols {
-                                tile::<$m, V, MRS, true, COPY, false>(
-                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, next, dj, pfj, 0,
-                                )
-                            } else if PF && every > 0 {
-                                tile::<$m, V, MRS, false, COPY, true>(
-                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, 0, dj, pfj, every,
+                            if PF && every > 0 {
+                                tile::<$m, V, MRS, COPY, true>(
+                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, dj, pfj, every,
                                 )
                             } else {
-                                tile::<$m, V, MRS, false, COPY, false>(
-                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, 0, dj, pfj, 0,
+                                tile::<$m, V, MRS, COPY, false>(
+                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, dj, pfj, 0,
                                 )
                             }
                         };
@@ -264,25 +238,13 @@ macro_rules! avx2_impl {
                 }
             }
 
-            /// The tile kernel (`NEXT = false`), and the one for row blocks of one or two
-            /// tiles, whose B panels come from memory (`NEXT = true`): there the second
-            /// half-panel pass of a 4- to 6-row tile prefetches the next packed panel into L2,
-            /// so that memory keeps working while the tile computes (with the AVX2 path's half
-            /// as many lanes, computing takes about as long as fetching at 6 to 8 rows, and the
-            /// two otherwise take turns). With the AVX2 path forced on the 2-core Sapphire
-            /// Rapids Xeon (medians of 9 runs alternating the two in one process, products over
-            /// 340 MB of GPT-2 small weights, one thread): 6 rows 35.7 -> 32.6 ms, 8 rows 44.6
-            /// -> 41.4 ms; a GPT-2 small forward over 8 tokens 65.9 -> 62.5 ms (one thread),
-            /// 40.1 -> 38.5 ms (two). On many row tiles, whose panels come from L2, the same
-            /// prefetches cost 5-10 % (load slots), hence two kernels. (Measured on whole
-            /// depth blocks; the loops now run this kernel on depth chunks, see
-            /// `gemm::loops::few_rows_in_chunks`.)
+            /// The tile kernel.
             ///
             /// # Safety
             /// The CPU supports AVX2 and FMA; `a` holds `kc * MR` values; `b` holds `kc` rows
             /// of NR readable values `ldb` apart; C has `rows` (<= MR) rows of `cols` writable
             /// values `ldc` apart.
-            pub unsafe fn kernel<const NEXT: bool>(
+            pub unsafe fn kernel(
                 rows: usize,
                 cols: usize,
                 kc: usize,
@@ -293,7 +255,7 @@ macro_rules! avx2_impl {
                 ldc: usize,
                 accumulate: bool,
             ) {
-                strips_for::<NEXT, false, false>(
+                strips_for::<false, false>(
                     rows,
                     cols,
                     kc,
@@ -330,7 +292,7 @@ macro_rules! avx2_impl {
                 pf: *const $T,
                 pf_lines: usize,
             ) {
-                strips_for::<false, false, true>(
+                strips_for::<false, true>(
                     rows,
                     cols,
                     kc,
@@ -346,9 +308,9 @@ macro_rules! avx2_impl {
                 )
             }
 
-            /// The strips a tile of `rows` rows takes (`NEXT`, `COPY`: as for `strips`).
+            /// The strips a tile of `rows` rows takes (`COPY`, `PF`: as for `strips`).
             #[inline(always)]
-            unsafe fn strips_for<const NEXT: bool, const COPY: bool, const PF: bool>(
+            unsafe fn strips_for<const COPY: bool, const PF: bool>(
                 rows: usize,
                 cols: usize,
                 kc: usize,
@@ -365,25 +327,23 @@ macro_rules! avx2_impl {
                 if rows <= 3 {
                     // Few rows (the last tile of a row block, T = 1 to 3): the whole panel per
                     // pass, so that there are 4 to 12 accumulator chains rather than 2 to 6
-                    // (two FMA pipes of latency 4 need 8 to stay busy). No next-panel
-                    // prefetch: after a tile of 6 rows (T = 7 to 9) that tile has done it.
-                    strips::<4, { $MR }, false, COPY, PF>(
+                    // (two FMA pipes of latency 4 need 8 to stay busy).
+                    strips::<4, { $MR }, COPY, PF>(
                         rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst, pf, pf_lines,
                     )
                 } else {
-                    strips::<2, { $MR }, NEXT, COPY, PF>(
+                    strips::<2, { $MR }, COPY, PF>(
                         rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst, pf, pf_lines,
                     )
                 }
             }
 
-            /// The tile kernel (without the next-panel prefetch) that also copies the B panel it
-            /// reads, all NR values of each of its `kc` steps, into `dst` (packed, NR values a
-            /// step) as it loads them: see [`crate::kernels::TileCopyFn`]. For B read in place
-            /// with rows a multiple of 2 KiB apart (their steps share one or two L1 sets, so
-            /// with half-panel passes no row tile finds the panel in L1 and each reads it from
-            /// L2), the loops run it for a row block's first tile, and the others read the
-            /// copy. With the AVX2 path forced on the 2-core Sapphire Rapids Xeon against
+            /// The tile kernel that also copies the B panel it reads, all NR values of each of
+            /// its `kc` steps, into `dst` (packed, NR values a step) as it loads them: see
+            /// [`crate::kernels::TileCopyFn`]. For B read in place with rows a multiple of 2 KiB
+            /// apart (their steps share one or two L1 sets, so with half-panel passes no row
+            /// tile finds the panel in L1 and each reads it from L2), the loops run it for a row
+            /// block's first tile, and the others read the copy. With the AVX2 path forced on the 2-core Sapphire Rapids Xeon against
             /// OpenBLAS's Haswell kernels (gptcore/numpy, medians of 5-9 samples alternating
             /// in one process, one thread unless said): 32 / 64 x 768 x 3072 float32 0.76-0.83
             /// / 0.88-0.96 -> 0.91-0.96 / 0.98-1.00, float64 0.71-0.74 / 0.72-0.76 -> 0.86-0.94 /
@@ -406,7 +366,7 @@ macro_rules! avx2_impl {
                 accumulate: bool,
                 dst: *mut $T,
             ) {
-                strips_for::<false, true, false>(
+                strips_for::<true, false>(
                     rows,
                     cols,
                     kc,

@@ -19,8 +19,7 @@ impl Family for Avx2 {
     fn gemm_f32() -> GemmKernels<f32> {
         GemmKernels {
             mr: gemm::MR_F32,
-            tile: gemm::kernel_f32::<false>,
-            tile_few: Some(gemm::kernel_f32::<true>),
+            tile: gemm::kernel_f32,
             tile_copy: Some(gemm::kernel_copy_f32),
             tile_prefetch: Some(gemm::kernel_prefetch_f32),
             wide: Some(gemm::wide_f32),
@@ -32,8 +31,7 @@ impl Family for Avx2 {
     fn gemm_f64() -> GemmKernels<f64> {
         GemmKernels {
             mr: gemm::MR_F64,
-            tile: gemm::kernel_f64::<false>,
-            tile_few: Some(gemm::kernel_f64::<true>),
+            tile: gemm::kernel_f64,
             tile_copy: Some(gemm::kernel_copy_f64),
             tile_prefetch: Some(gemm::kernel_prefetch_f64),
             wide: Some(gemm::wide_f64),
@@ -51,7 +49,6 @@ impl Family for Avx2 {
         GemmKernels {
             mr: half::MR,
             tile: half::tile_bf16,
-            tile_few: None,
             tile_copy: None,
             tile_prefetch: None,
             wide: None,
@@ -67,7 +64,6 @@ impl Family for Avx2 {
         GemmKernels {
             mr: half::MR,
             tile: half::tile_f16,
-            tile_few: None,
             tile_copy: None,
             tile_prefetch: None,
             wide: None,

@@ -18,7 +18,6 @@ impl Family for Avx512 {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
-            tile_few: None,
             tile_copy: None,
             tile_prefetch: None,
             wide: Some(gemm::wide_f32),
@@ -31,7 +30,6 @@ impl Family for Avx512 {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
-            tile_few: None,
             tile_copy: None,
             tile_prefetch: None,
             wide: Some(gemm::wide_f64),
@@ -44,7 +42,6 @@ impl Family for Avx512 {
         GemmKernels {
             mr: half::MR,
             tile: half::tile_bf16,
-            tile_few: None,
             tile_copy: None,
             tile_prefetch: None,
             wide: Some(half::wide_bf16),
@@ -57,7 +54,6 @@ impl Family for Avx512 {
         GemmKernels {
             mr: half::MR,
             tile: half::tile_f16,
-            tile_few: None,
             tile_copy: None,
             tile_prefetch: None,
             wide: Some(half::wide_f16),

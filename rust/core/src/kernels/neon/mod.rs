@@ -17,7 +17,6 @@ impl Family for Neon {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
-            tile_few: None,
             tile_copy: None,
             tile_prefetch: None,
             wide: Some(gemm::wide_f32),
@@ -30,7 +29,6 @@ impl Family for Neon {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
-            tile_few: None,
             tile_copy: None,
             tile_prefetch: None,
             wide: Some(gemm::wide_f64),

@@ -53,7 +53,6 @@ pub fn half_kernels<T: Element, H: HalfFormat>() -> GemmKernels<T, H> {
     GemmKernels {
         mr: MR,
         tile: kernel::<T, H>,
-        tile_few: None,
         tile_copy: None,
         tile_prefetch: None,
         wide: None,

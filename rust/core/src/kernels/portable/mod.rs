@@ -20,7 +20,6 @@ impl Family for Portable {
         GemmKernels {
             mr: gemm::MR,
             tile: gemm::kernel::<f32>,
-            tile_few: None,
             tile_copy: None,
             tile_prefetch: None,
             wide: None,
@@ -33,7 +32,6 @@ impl Family for Portable {
         GemmKernels {
             mr: gemm::MR,
             tile: gemm::kernel::<f64>,
-            tile_few: None,
             tile_copy: None,
             tile_prefetch: None,
             wide: None,
