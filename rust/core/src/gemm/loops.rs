@@ -467,6 +467,9 @@ pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
 ///   1.17-1.22, one token of 8 sequences 1.09-1.20, 4 x 4 tokens 1.16; one thread, 8 tokens
 ///   1.10.
 ///
+/// The AVX-512 family's prefetching tile kernel takes the same path (its figures are in its
+/// kernel file).
+///
 /// One chunk ahead did a little less (float32 8 rows 1.08, 12 tokens 1.15), three about the
 /// same. Before, the fetch of a chunk came in a burst during one pass of the first tile and
 /// memory idled during the others, so fetching and computing mostly took turns: a forward over

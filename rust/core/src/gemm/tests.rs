@@ -953,14 +953,15 @@ fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
 }
 
 /// Row blocks of at most `FEW_ROWS_CHUNKED` rows against packed panels, which a family with a
-/// prefetching tile kernel (AVX2) takes in depth chunks of `FEW_ROWS_CHUNK` steps: the reference's bits
+/// prefetching tile kernel (AVX2, AVX-512) takes in depth chunks of `FEW_ROWS_CHUNK` steps: the reference's bits
 /// for every kernel on 1 and 3 threads, 1 to 37 rows (one tile to four, the first past the
 /// chunked ones), depths around the chunk and the depth block (a short last chunk, several
 /// blocks), a partial last panel and column groups past the first, and the epilogue seeing
 /// every element once.
 #[test]
 fn few_rows_in_depth_chunks_match_reference() {
-    // Not a vacuous test where AVX2 runs: its kernels take the chunked path here.
+    // Not a vacuous test where AVX2 runs: its kernels take the chunked path here (and so do
+    // the AVX-512 ones).
     assert_avx2_has!(tile_prefetch);
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(93);
