@@ -475,8 +475,11 @@ pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
 /// memory idled during the others, so fetching and computing mostly took turns: a forward over
 /// 12 tokens took about its memory time plus its compute time.
 ///
-/// Chunks of 64 steps did about as well as 96, of 128-192 steps less; of 32-48 steps lost on
-/// two threads (more C traffic than the overlap gains), measured with the earlier fetch.
+/// Measured with the earlier fetch: chunks of 64 steps did about as well as 96, of 128-192
+/// steps less; of 32-48 steps lost on two threads (more C traffic than the overlap gains).
+/// Chunks did not pay beyond 36 rows: at 48 rows with B in the cache 66-73 GFLOP/s against
+/// 66-77 through whole depth blocks, and every row block in chunks took 1024x3072x768 from 74
+/// to 69 GFLOP/s.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn few_rows_in_chunks<T: Element, W: PanelValue>(
@@ -505,21 +508,21 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
         let mut s = 0;
         while s < kc {
             let len = FEW_ROWS_CHUNK.min(kc - s);
-            // The run to fetch: one chunk's lines, FEW_ROWS_AHEAD chunks on.
-            let lines = (len * nr).div_ceil(per_line);
-            let per_tile = lines.div_ceil(tiles);
-            let target = (q - jp) * kc * nr + (s + FEW_ROWS_AHEAD * FEW_ROWS_CHUNK) * nr;
+            // The run the tiles fetch: one chunk's lines, FEW_ROWS_AHEAD chunks on.
+            let at = (q - jp) * kc * nr + (s + FEW_ROWS_AHEAD * FEW_ROWS_CHUNK) * nr;
+            let run = Ahead {
+                start: match ahead {
+                    Some(next) if at >= region => next.start.wrapping_add(at - region),
+                    _ => start.wrapping_add(at),
+                },
+                lines: (len * nr).div_ceil(per_line),
+            };
             let mut i = i0;
             while i < i1 {
                 let rows = mr.min(i1 - i);
                 // The A panel of the tile holds mr values a step; this chunk starts s steps in.
                 let ap = ablock[(i / mr) * mr * kc + s * mr..].as_ptr();
-                let first = ((i - i0) / mr * per_tile).min(lines);
-                let at = target + first * per_line;
-                let pf = match ahead {
-                    Some(next) if at >= region => next.start.wrapping_add(at - region),
-                    _ => start.wrapping_add(at),
-                };
+                let (pf, lines) = run.slice((i - i0) / mr, tiles);
                 // SAFETY: the A panel holds kc*mr values and the chunk's len steps start s
                 // steps in; the packed panel holds kc steps of NR values, and so does its chunk
                 // from step s; the C tile at (i, j0) lies inside C and belongs to this item.
@@ -536,7 +539,7 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
                         out.ldc,
                         p > 0 || s > 0,
                         pf,
-                        per_tile.min(lines - first),
+                        lines,
                     );
                 }
                 i += rows;
