@@ -40,6 +40,8 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+#[cfg(target_arch = "x86_64")]
+mod pacer;
 mod portable;
 
 use crate::half::{Bf16, F16};

@@ -29,6 +29,7 @@
 // WideFn / StreamFn signatures do.
 #![allow(clippy::too_many_arguments)]
 
+use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
 pub const MR_F32: usize = 6;
@@ -120,16 +121,10 @@ macro_rules! avx2_impl {
                 // hardware prefetcher does not follow from memory) PF_B steps ahead. Addresses
                 // past the end are harmless (no fault).
                 let dist = if ldb == NR { PF_B_PACKED } else { PF_B };
-                let mut pfp = pf;
-                let mut cnt = every;
+                let mut pacer = Pacer::new(pf, every);
                 for _ in 0..kc {
                     if PF {
-                        cnt -= 1;
-                        if cnt == 0 {
-                            cnt = every;
-                            _mm_prefetch::<_MM_HINT_T1>(pfp as *const i8);
-                            pfp = pfp.wrapping_add(64 / std::mem::size_of::<$T>());
-                        }
+                        pacer.step();
                     }
                     let ahead = bp.wrapping_add(dist * ldb);
                     _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
@@ -191,7 +186,7 @@ macro_rules! avx2_impl {
                 // `PF`: strip j / w prefetches share j / w of the lines, at most one a step,
                 // spread evenly over its steps.
                 let share = pf_lines.div_ceil(NR / w);
-                let every = if share == 0 { 0 } else { (kc / share).max(1) };
+                let every = Pacer::every(kc, share);
                 let mut j = 0;
                 // Copying, every strip of the panel is read (and copied whole).
                 let end = if COPY { NR } else { cols };
@@ -211,7 +206,7 @@ macro_rules! avx2_impl {
                     let cw = (cols - j).min(w);
                     let cj = c.add(j);
                     let dj = dst.wrapping_add(j);
-                    let pfj = pf.wrapping_add((j / w) * share * (64 / std::mem::size_of::<$T>()));
+                    let pfj = Pacer::line(pf, (j / w) * share);
                     macro_rules! go {
                         ($m:literal) => {
                             if PF && every > 0 {

@@ -22,6 +22,7 @@
 
 use super::gemm::f32k::lane_mask;
 use crate::half::{Bf16, F16};
+use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
 /// Rows of a tile (the A panel height these kernels read).
@@ -80,16 +81,10 @@ macro_rules! avx2_half {
             let mut ap = a;
             let mut bp = b;
             let dist = if M < 4 { PF_FEW } else { PF_MANY };
-            let mut pfp = pf;
-            let mut cnt = every;
+            let mut pacer = Pacer::new(pf, every);
             for _ in 0..kc {
                 if PF {
-                    cnt -= 1;
-                    if cnt == 0 {
-                        cnt = every;
-                        _mm_prefetch::<_MM_HINT_T1>(pfp as *const i8);
-                        pfp = pfp.wrapping_add(32);
-                    }
+                    pacer.step();
                 }
                 // Past the panel's end is harmless: a prefetch never faults.
                 _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(dist * ldb) as *const i8);
@@ -132,7 +127,7 @@ macro_rules! avx2_half {
         ) {
             // A pass's share of the lines (half of them with two passes), and the steps
             // between two of its prefetches.
-            let pace = |share: usize| if share == 0 { 0 } else { (kc / share).max(1) };
+            let pace = |share: usize| Pacer::every(kc, share);
             macro_rules! whole {
                 ($m:literal) => {{
                     let every = pace(pf_lines);
@@ -158,13 +153,7 @@ macro_rules! avx2_half {
                     let share = pf_lines.div_ceil(2);
                     half!($m, cols.min(16), 0, pf, share);
                     if cols > 16 {
-                        half!(
-                            $m,
-                            cols - 16,
-                            16,
-                            pf.wrapping_add(share * 32),
-                            pf_lines - share
-                        );
+                        half!($m, cols - 16, 16, Pacer::line(pf, share), pf_lines - share);
                     }
                 }};
             }

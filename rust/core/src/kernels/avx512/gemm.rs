@@ -16,6 +16,7 @@
 // WideFn / StreamFn signatures do.
 #![allow(clippy::too_many_arguments)]
 
+use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
 pub const MR_F32: usize = 12;
@@ -100,16 +101,10 @@ macro_rules! avx512_kernel {
             // prefetcher does not follow it from memory. Packed B panels by both too, f32
             // further ahead (see PF_B_PACKED_F32).
             let dist = if ldb == 2 * $LANES { $pf_packed } else { PF_B };
-            let mut pfp = pf;
-            let mut cnt = every;
+            let mut pacer = Pacer::new(pf, every);
             for _ in 0..kc {
                 if PF {
-                    cnt -= 1;
-                    if cnt == 0 {
-                        cnt = every;
-                        _mm_prefetch::<_MM_HINT_T1>(pfp as *const i8);
-                        pfp = pfp.wrapping_add(64 / std::mem::size_of::<$T>());
-                    }
+                    pacer.step();
                 }
                 // Addresses past the panels' ends are harmless: a prefetch never faults.
                 _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(PF_A * $MR) as *const i8);
@@ -365,7 +360,7 @@ macro_rules! avx512_kernel {
             if pf_lines == 0 {
                 $entry(rows, cols, kc, a, b, ldb, c, ldc, accumulate)
             } else {
-                let every = (kc / pf_lines).max(1);
+                let every = Pacer::every(kc, pf_lines);
                 by_rows!(
                     $tile,
                     true,
