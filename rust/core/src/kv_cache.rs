@@ -13,9 +13,9 @@ pub const KB: usize = 96;
 /// Keys and values of one (sequence, head).
 ///
 /// * `kt`: K transposed, in panels of `T::NR` positions; panel p holds `dh` rows of `NR`
-///   values (`kt[p*dh*NR + d*NR + j]` = K[p*NR + j][d]).
+///   values (`kt[p*dh*NR + d*NR + j]` = `K[p*NR + j][d]`).
 /// * `v`: V in blocks of `KB` positions; block b holds the `dh` columns in panels of `NR`:
-///   `v[b*KB*dhpad + jp*KB*NR + k*NR + c]` = V[b*KB + k][jp*NR + c].
+///   `v[b*KB*dhpad + jp*KB*NR + k*NR + c]` = `V[b*KB + k][jp*NR + c]`.
 #[derive(Clone)]
 pub struct HeadKv<T> {
     pub dh: usize,
