@@ -12,8 +12,8 @@
 #   5. deps      numpy, pytest, ... as aarch64 wheels in a venv inside it (the host's pip
 #                downloads them; cached while the list is unchanged)
 #   6. pytest    the wheel installed there, pytest run in a chroot through qemu-aarch64-static
-#                registered with binfmt_misc: kernels, model, generation and the
-#                cross-architecture digests (tests/test_digests.py), for every kernel the
+#                registered with binfmt_misc: kernels, model, generation, 16-bit weights
+#                and the cross-architecture digests (tests/test_digests.py), for every kernel the
 #                aarch64 build offers
 #
 # pytest args replace the default selection. Environment:
@@ -43,7 +43,7 @@ VENV=/opt/gptcore-venv # inside the root filesystem
 # The GPT-2-small-size fixture's 48-position comparison with transformers costs minutes under
 # emulation; its cross-architecture bits are checked by test_digests.py (9 positions).
 DEFAULT_TESTS=(tests/test_matmul.py tests/test_model.py tests/test_generate.py tests/test_digests.py
-  --deselect tests/test_model.py::test_fixture_gpt2_small_size)
+  tests/test_half.py --deselect tests/test_model.py::test_fixture_gpt2_small_size)
 (($#)) || set -- "${DEFAULT_TESTS[@]}"
 
 T0=$SECONDS
@@ -220,7 +220,7 @@ phase pytest
 # The kernels this build offers; once a NEON kernel is in the source it must be among them.
 KERNELS=$(in_root 300 "$VENV/bin/python" -c 'import gptcore; print(" ".join(gptcore.available_kernels()))')
 echo "[arm64] kernels: $KERNELS"
-if compgen -G "rust/core/src/gemm/kernels/neon*.rs" >/dev/null && ! grep -qw neon <<<"$KERNELS"; then
+if compgen -G "rust/core/src/kernels/neon/*.rs" >/dev/null && ! grep -qw neon <<<"$KERNELS"; then
   echo "arm64.sh: the source has NEON kernels but the aarch64 build does not offer 'neon'" >&2
   exit 1
 fi

@@ -4,8 +4,10 @@ Speed on ARM cannot be measured under emulation, so the kernels' code is checked
 every innermost loop of the tile kernels (`neon::kernel_f32`, `neon::kernel_f64` and the
 `tile_*` functions they call, one per block shape) that does
 arithmetic, the share of `fmla` instructions (target: at least 70 %) and the loads and stores
-relative to the stack pointer (spills; target: none). The wide and stream kernels are listed
-too, for information. Exit status 1 when a tile kernel misses a target.
+relative to the stack pointer (spills; target: none). The wide and stream kernels, and the
+tile and wide kernels against bfloat16 and float16 B (each B vector widened by one more
+instruction), are listed too, for information. Exit status 1 when a float32 or float64 tile
+kernel misses a target.
 
 A one-row block (the last row of a product whose rows leave one over a multiple of 12) is
 held to "no spills" only: each B vector it loads meets one A value, so with two vectors per
@@ -38,7 +40,8 @@ import subprocess
 import sys
 
 TILE = ("kernel_f32", "kernel_f64", "tile_f32", "tile_f64")
-OTHER = ("wide_f32", "wide_f64", "stream_f32", "stream_f64")
+OTHER = ("wide_f32", "wide_f64", "stream_f32", "stream_f64",
+         "tile_bf16", "tile_f16", "wide_bf16", "wide_f16")
 LINE = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
 FUNC = re.compile(r"^[0-9a-f]+ <(.+)>:$")
 BRANCH = re.compile(r"^(b|b\.\w+|cbn?z|tbn?z)$")

@@ -1,10 +1,12 @@
 //! The NEON family (aarch64): 12 x 8 (f32) and 6 x 8 (f64) register blocks run over the
-//! panels, wide and stream kernels, the 12-row A packer. Generic element-wise code needs no
-//! separate context: NEON is part of aarch64's baseline, so plain code is already vectorised.
+//! panels, wide and stream kernels, the 12-row A packer, and the float32 tile and wide kernels
+//! against bfloat16 and float16 B. Generic element-wise code needs no separate context: NEON
+//! is part of aarch64's baseline, so plain code is already vectorised.
 
 mod gemm;
 
 use super::{Family, GemmKernels};
+use crate::half::{Bf16, F16};
 
 pub(super) struct Neon;
 
@@ -34,6 +36,30 @@ impl Family for Neon {
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(gemm::pack12_f64),
+        }
+    }
+
+    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
+        GemmKernels {
+            mr: gemm::MR_F32,
+            tile: gemm::kernel_bf16,
+            tile_copy: None,
+            tile_prefetch: None,
+            wide: Some(gemm::wide_bf16),
+            stream: None,
+            pack_a_panel: Some(gemm::pack12_f32),
+        }
+    }
+
+    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
+        GemmKernels {
+            mr: gemm::MR_F32,
+            tile: gemm::kernel_f16,
+            tile_copy: None,
+            tile_prefetch: None,
+            wide: Some(gemm::wide_f16),
+            stream: None,
+            pack_a_panel: Some(gemm::pack12_f32),
         }
     }
 
