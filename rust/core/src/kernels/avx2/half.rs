@@ -125,35 +125,36 @@ macro_rules! avx2_half {
             pf: *const $H,
             pf_lines: usize,
         ) {
-            // A pass's share of the lines (half of them with two passes), and the steps
-            // between two of its prefetches.
-            let pace = |share: usize| Pacer::every(kc, share);
-            macro_rules! whole {
-                ($m:literal) => {{
-                    let every = pace(pf_lines);
+            // One pass of V vectors over `cols` columns from column `off`, prefetching its
+            // `share` of the lines (all of them, or half with two passes) from `pf` on.
+            macro_rules! pass {
+                ($m:literal, $v:literal, $cols:expr, $off:expr, $pf:expr, $share:expr) => {{
+                    let (b, c, every) = (b.add($off), c.add($off), Pacer::every(kc, $share));
                     if PF && every > 0 {
-                        $tile::<$m, 4, true>(cols, kc, a, b, ldb, c, ldc, accumulate, pf, every)
+                        $tile::<$m, $v, true>($cols, kc, a, b, ldb, c, ldc, accumulate, $pf, every)
                     } else {
-                        $tile::<$m, 4, false>(cols, kc, a, b, ldb, c, ldc, accumulate, pf, 0)
+                        $tile::<$m, $v, false>($cols, kc, a, b, ldb, c, ldc, accumulate, $pf, 0)
                     }
                 }};
             }
-            macro_rules! half {
-                ($m:literal, $cols:expr, $off:expr, $pf:expr, $share:expr) => {{
-                    let (b, c, every) = (b.add($off), c.add($off), pace($share));
-                    if PF && every > 0 {
-                        $tile::<$m, 2, true>($cols, kc, a, b, ldb, c, ldc, accumulate, $pf, every)
-                    } else {
-                        $tile::<$m, 2, false>($cols, kc, a, b, ldb, c, ldc, accumulate, $pf, 0)
-                    }
-                }};
+            macro_rules! whole {
+                ($m:literal) => {
+                    pass!($m, 4, cols, 0, pf, pf_lines)
+                };
             }
             macro_rules! halves {
                 ($m:literal) => {{
                     let share = pf_lines.div_ceil(2);
-                    half!($m, cols.min(16), 0, pf, share);
+                    pass!($m, 2, cols.min(16), 0, pf, share);
                     if cols > 16 {
-                        half!($m, cols - 16, 16, Pacer::line(pf, share), pf_lines - share);
+                        pass!(
+                            $m,
+                            2,
+                            cols - 16,
+                            16,
+                            Pacer::line(pf, share),
+                            pf_lines - share
+                        );
                     }
                 }};
             }
