@@ -35,7 +35,7 @@ where
     // A transposed view packs to the same panels.
     let bt: Vec<H> = (0..n * k).map(|x| bh[(x % k) * n + x / k]).collect();
     let packed_t = PackedB::pack(unsafe { MatRef::from_raw(bt.as_ptr(), k, n, 1, k as isize) });
-    assert!(packed.data == packed_t.data);
+    assert!(packed.values() == packed_t.values());
     let ldc = n + 3;
     for kernel in available() {
         for (p, what) in [(&packed, "rows"), (&packed_t, "transposed")] {
@@ -109,6 +109,6 @@ fn half_packing_round_trips_and_pads_with_zero() {
     assert!(p.unpack() == bits);
     assert_eq!(p.nbytes(), k * 64 * 2);
     // The padding columns of the last panel hold the zero pattern.
-    let zeros = p.data.iter().filter(|x| x.0 == 0).count();
+    let zeros = p.values().iter().filter(|x| x.0 == 0).count();
     assert!(zeros >= k * (64 - n));
 }

@@ -25,7 +25,7 @@ mod view;
 pub use crate::kernels::{available, current as current_kernel, detect, set_kernel, Kernel};
 pub use buffers::{GemmElement, B_SCRATCH_MAX_BYTES};
 pub use loops::{B_CHUNK_BYTES, MC, NC_PANELS, ROW_QUANTUM};
-pub use pack::{PackedB, PanelValue};
+pub use pack::{PackedB, PanelValue, PACKED_ALIGN};
 pub use reference::gemm_reference;
 pub use view::MatRef;
 
@@ -248,7 +248,7 @@ pub fn gemm<T: GemmElement>(
                 pack_by_slabs(a, v, slab, c, ldc, opts);
                 return Ok(());
             }
-            let len = PackedB::<T>::packed_len(v.rows, v.cols);
+            let len = PackedB::<T>::buffer_len(v.rows, v.cols);
             let buf = T::b_scratch().take(len, "packing b")?;
             let pb = PackedB::pack_into(v, buf);
             run(a, &BSource::Packed(&pb), c, ldc, opts);
@@ -385,7 +385,7 @@ fn pack_by_slabs<T: GemmElement>(
             let part =
                 unsafe { MatRef::from_raw(bptr.get().offset(j0 as isize * bcs), k, w, brs, bcs) };
             T::with_slab_buffer(|buf| {
-                crate::memory::resize_for_overwrite(buf, PackedB::<T>::packed_len(k, w));
+                crate::memory::resize_for_overwrite(buf, PackedB::<T>::buffer_len(k, w));
                 let pb = PackedB::pack_into(part, std::mem::take(buf));
                 let shifted = |mut t: Tile<'_, T>| {
                     t.j0 += j0;

@@ -379,14 +379,46 @@ fn packing_b_into_a_used_buffer_matches_fresh_packing() {
         let b = random::<f32>(&mut rng, k * n);
         let view = MatRef::from_slice(&b, k, n);
         let fresh = PackedB::pack(view);
-        let used = vec![f32::NAN; PackedB::<f32>::packed_len(k, n)];
+        let used = vec![f32::NAN; PackedB::<f32>::buffer_len(k, n)];
         let reused = PackedB::pack_into(view, used);
-        let (x, y) = (fresh.into_data(), reused.into_data());
+        let (x, y) = (fresh.values(), reused.values());
+        assert_eq!(x.len(), PackedB::<f32>::packed_len(k, n));
         assert!(
-            x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()),
+            x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()),
             "k={k} n={n}"
         );
     }
+}
+
+#[test]
+fn packed_panels_start_on_a_cache_line() {
+    // Buffers from the allocator lie at various offsets from a cache line (small allocations
+    // of varying size in between move the next one): wherever the buffer lies, every panel
+    // starts on a 64-byte boundary and the values read back are the matrix.
+    fn check<T: PanelValue + Element>() {
+        for (k, n) in [(T::kc_max() + 5, 3), (7, 2 * T::PANEL_NR + 3)] {
+            let b: Vec<T> = (0..k * n).map(|i| T::from_f64((i % 97) as f64)).collect();
+            let view = MatRef::from_slice(&b, k, n);
+            let mut offsets = std::collections::BTreeSet::new();
+            let mut spacers = Vec::new();
+            for tries in 0..200 {
+                spacers.push(vec![0u8; 8 * (tries % 13) + 1]);
+                let buf = vec![T::ZERO; PackedB::<T>::buffer_len(k, n)];
+                offsets.insert(buf.as_ptr() as usize % PACKED_ALIGN);
+                let pb = PackedB::pack_into(view, buf);
+                for p in 0..pb.kb.count {
+                    for jp in 0..n.div_ceil(T::PANEL_NR) {
+                        assert_eq!(pb.panel(p, jp) as usize % PACKED_ALIGN, 0, "{}", T::NAME);
+                    }
+                }
+                assert!(pb.unpack().iter().zip(&b).all(|(x, y)| x == y));
+            }
+            // The buffers did not all happen to be aligned already.
+            assert!(offsets.iter().any(|&o| o != 0), "{offsets:?}");
+        }
+    }
+    check::<f32>();
+    check::<f64>();
 }
 
 #[test]
