@@ -592,12 +592,15 @@ thread_local! {
 /// `f` on room for `len` values of `W` in this thread's buffer for copied panels (a fresh one
 /// when the thread's own is in use further up its stack).
 fn with_group_buffer<W: Copy, R>(len: usize, f: impl FnOnce(*mut W) -> R) -> R {
-    let words = (len * std::mem::size_of::<W>()).div_ceil(8);
+    // Room to start the copy on a cache line, as packed panels do (see `PackedB`).
+    const LINE: usize = super::PACKED_ALIGN;
+    let words = (len * std::mem::size_of::<W>()).div_ceil(8) + LINE / 8;
     let run = |v: &mut Vec<u64>| {
         if v.len() < words {
             v.resize(words, 0);
         }
-        f(v.as_mut_ptr() as *mut W)
+        let skip = (LINE - v.as_ptr() as usize % LINE) % LINE / 8;
+        f(v[skip..].as_mut_ptr() as *mut W)
     };
     GROUP_COPY.with(|b| match b.try_borrow_mut() {
         Ok(mut v) => run(&mut v),
