@@ -164,16 +164,17 @@ def test_many_rows_against_packed_weights(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_plain_b_with_rows_a_multiple_of_2_kib_apart(dtype):
-    # 9 to 64 rows read a plain b in place; with its rows 2 or 4 KiB apart (their steps share
-    # L1 sets), the AVX2 kernels copy each panel in the first row tile and the other tiles
-    # read the copy: the same bits as the packed product and the reference, on every kernel
-    # and thread count, for b as the left part of a wider array and as a whole array.
+def test_plain_b_read_in_place_with_any_row_stride(dtype):
+    # 9 to 64 rows read a plain b in place; the AVX2 kernels copy each panel in the first row
+    # tile and the other tiles read the copy. With b's rows 2 or 4 KiB apart (their steps share
+    # L1 sets) or an odd number of values apart: the same bits as the packed product and the
+    # reference, on every kernel and thread count, for b as the left part of a wider array and
+    # as a whole array.
     rng = np.random.default_rng(23)
     k, n = 400, 250
     itemsize = np.dtype(dtype).itemsize
     bs = []
-    for stride_bytes in (2048, 4096):
+    for stride_bytes in (2048, 4096, (n + 7) * itemsize):
         wider = np.full((k, stride_bytes // itemsize), np.nan, dtype)
         wider[:, :n] = rng.standard_normal((k, n))
         bs.append(wider[:, :n])

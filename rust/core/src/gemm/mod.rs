@@ -206,17 +206,10 @@ impl<T: PanelValue> BSource<'_, T> {
             }
         }
     }
-    /// Whether B is read in place with its rows a multiple of 2 KiB apart: then the steps of a
-    /// panel fall in at most two of the 64 sets of an x86-64 core's L1 data cache (64 sets of
-    /// 64-byte lines, 4 KiB a way).
+    /// Whether B is read in place (not from packed panels).
     #[inline(always)]
-    fn rows_share_l1_sets(&self) -> bool {
-        match self {
-            BSource::Packed(_) => false,
-            BSource::Rows { b, .. } => {
-                (b.rs.unsigned_abs() * std::mem::size_of::<T>()).is_multiple_of(2048)
-            }
-        }
+    fn in_place(&self) -> bool {
+        matches!(self, BSource::Rows { .. })
     }
     /// The distance between panels `jp` and `jp + 1` ... `jp + 3` when the four can go to the
     /// wide kernel together (each step of each panel `ldb` after the one before).

@@ -938,13 +938,13 @@ fn check_with_epilogue<T: GemmElement>(
     );
 }
 
-/// B read in place with rows a multiple of 2 KiB apart, where a family with a copying tile
-/// kernel (AVX2) has the first row tile copy each panel and the others read the copy: the
-/// reference's bits for every kernel on 1 and 3 threads, row blocks of one tile to several, a
-/// partial last panel and column groups past the first, one and several depth blocks, and the
-/// epilogue seeing every element once.
+/// B read in place, where a family with a copying tile kernel (AVX2) has the first row tile
+/// copy each panel and the others read the copy: rows a multiple of 2 KiB apart (sharing L1
+/// sets) and an odd number of values apart, the reference's bits for every kernel on 1 and 3
+/// threads, row blocks of one tile to several, a partial last panel and column groups past the
+/// first, one and several depth blocks, and the epilogue seeing every element once.
 #[test]
-fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
+fn in_place_b_copied_by_the_first_row_tile_matches_reference() {
     // Not a vacuous test where AVX2 runs: its kernels take the copying path here.
     assert_avx2_has!(tile_copy);
     fn check<T: GemmElement>() {
@@ -953,6 +953,7 @@ fn in_place_b_with_rows_sharing_l1_sets_matches_reference() {
         for ldb in [
             2048 / std::mem::size_of::<T>(),
             4096 / std::mem::size_of::<T>(),
+            9 * nr + 5 + 2,
         ] {
             for (m, k, n) in [
                 (7usize, 5usize, nr - 1),

@@ -8,7 +8,7 @@
 //!   the row tiles work is shared out in);
 //! * the **tile kernel** ([`TileFn`]), the one that does the work of large products, and
 //!   optionally a variant of it that copies the panel it reads (`tile_copy`, for B read in
-//!   place whose rows share L1 sets), and one that prefetches a given run of packed B into L2
+//!   place), and one that prefetches a given run of packed B into L2
 //!   as it goes (`tile_prefetch`, for every row block against packed B);
 //! * optionally a **wide kernel** ([`WideFn`], 1 to [`WIDE_ROWS`] rows against four panels) and a
 //!   **stream kernel** ([`StreamFn`], 1 to [`STREAM_ROWS`] rows against B read in place);
@@ -96,9 +96,8 @@ pub struct GemmKernels<T, W = T> {
     pub mr: usize,
     pub tile: TileFn<T, W>,
     /// The tile kernel copying the panel it reads ([`TileCopyFn`]), for a family whose tile
-    /// reads a panel in several passes: for B read in place with rows that share L1 sets, a
-    /// row block's first tile copies each panel and the other tiles read the copy. `None`:
-    /// every tile reads B in place.
+    /// reads a panel in several passes: for B read in place, a row block's first tile copies
+    /// each panel and the other tiles read the copy. `None`: every tile reads B in place.
     pub tile_copy: Option<TileCopyFn<T, W>>,
     /// The tile kernel prefetching packed B ahead ([`TilePrefetchFn`]): against packed panels
     /// the row tiles of a column group and depth block each fetch a slice of the next one

@@ -15,7 +15,7 @@
 //!   steps (the loops hand each row tile a slice of the packed B read next, see
 //!   `gemm::loops::Ahead` and `gemm::loops::few_rows_in_chunks`).
 //! - Copying tile kernel (`kernel_copy`): the tile kernel storing the B panel it reads into a
-//!   packed copy, for B read in place whose rows share L1 sets.
+//!   packed copy, for B read in place (the other row tiles read the copy).
 //! - Wide kernel (1 to 3 rows against 4 consecutive panels): the 16 vectors per row are
 //!   taken in groups of as many as the 12 accumulators allow (1 row: 8, 2 rows: 6, 3 rows: 4).
 //! - Stream kernel (1 to 8 rows against B read in place along whole rows): as in the AVX-512
