@@ -293,3 +293,25 @@ def test_property_matmul_any_input_raises_or_is_right(a, b, packed):
     safe = np.isfinite(size) & (size < np.finfo(a.dtype).max / 4)
     with np.errstate(all="ignore"):
         assert np.all(np.abs(c - exact)[safe] <= bound[safe])
+
+
+def test_fma_rate_of_every_kernel_and_its_bad_arguments():
+    # The benches' peak: a positive, finite rate for every kernel this CPU runs, both dtypes;
+    # bad arguments are ValueErrors naming the argument.
+    from gptcore import _native
+
+    for kern in gptcore.available_kernels():
+        for dtype in ("float32", "float64"):
+            r = _native.fma_rate(dtype, kern, 0.01)
+            assert np.isfinite(r) and r > 0, (kern, dtype, r)
+    with pytest.raises(ValueError, match="dtype must be"):
+        _native.fma_rate("float16")
+    for bad in (0.0, -1.0, float("nan"), 1e9):
+        with pytest.raises(ValueError, match="seconds must be"):
+            _native.fma_rate("float32", None, bad)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        _native.fma_rate("float32", "sse9")
+    missing = [k for k in ("avx512", "avx2", "neon") if k not in gptcore.available_kernels()]
+    for k in missing:
+        with pytest.raises(ValueError, match="not supported"):
+            _native.fma_rate("float32", k, 0.01)

@@ -263,6 +263,41 @@ fn available_kernels() -> Vec<&'static str> {
     gemm::available().into_iter().map(|k| k.name()).collect()
 }
 
+/// FLOP/s of one core's fused multiply-adds on a kernel's widest vectors, nothing else limiting
+/// them (see `gptcore_core::kernels::peak`): the benchmarks' peak. `kernel` None: the active
+/// one. Runs on the calling thread for about `seconds`, without the GIL.
+#[pyfunction]
+#[pyo3(signature = (dtype="float32", kernel=None, seconds=0.25))]
+fn fma_rate(py: Python<'_>, dtype: &str, kernel: Option<&str>, seconds: f64) -> PyResult<f64> {
+    let double = match dtype {
+        "float32" => false,
+        "float64" => true,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "fma_rate: dtype must be 'float32' or 'float64', got {dtype:?}"
+            )))
+        }
+    };
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 60.0) {
+        return Err(PyValueError::new_err(format!(
+            "fma_rate: seconds must be in (0, 60], got {seconds}"
+        )));
+    }
+    let k = match kernel {
+        None => gemm::current_kernel(),
+        Some(n) => parse_kernel(n)?,
+    };
+    detach(py, || {
+        gptcore_core::kernels::peak::fma_rate(k, double, seconds)
+    })?
+    .ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "fma_rate: kernel {:?} is not supported on this CPU",
+            k.name()
+        ))
+    })
+}
+
 #[pyfunction]
 fn set_num_threads(n: i64) -> PyResult<()> {
     if n < 1 {
@@ -316,6 +351,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(block_sizes, m)?)?;
+    m.add_function(wrap_pyfunction!(fma_rate, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     Ok(())
 }

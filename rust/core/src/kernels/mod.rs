@@ -129,6 +129,21 @@ trait Family {
     /// # Safety
     /// The CPU supports the family.
     unsafe fn vectorized<R>(f: impl FnOnce() -> R) -> R;
+    /// The FMA probe ([`peak`]) on the family's widest float32 / float64 vectors: scalar
+    /// chains for a family without vectors of its own.
+    ///
+    /// # Safety
+    /// The CPU supports the family.
+    unsafe fn fma_probe_f32(rounds: usize) -> peak::Probe {
+        peak::scalar::<f32>(rounds)
+    }
+    /// See [`Family::fma_probe_f32`].
+    ///
+    /// # Safety
+    /// The CPU supports the family.
+    unsafe fn fma_probe_f64(rounds: usize) -> peak::Probe {
+        peak::scalar::<f64>(rounds)
+    }
 }
 
 /// Calls `$body` with `$F` bound to the family type of kernel `$k`.
@@ -158,6 +173,16 @@ macro_rules! with_family {
             }
         }
     };
+}
+
+pub mod peak;
+
+/// Kernel `k`'s FMA probe ([`peak`]), float64 when `double`.
+///
+/// # Safety
+/// The CPU supports `k`.
+unsafe fn fma_probe(k: Kernel, double: bool, rounds: usize) -> peak::Probe {
+    with_family!(k, F => if double { F::fma_probe_f64(rounds) } else { F::fma_probe_f32(rounds) })
 }
 
 impl Kernel {

@@ -5,6 +5,7 @@
 mod gemm;
 mod half;
 pub(super) mod pack;
+mod peak;
 
 use super::{Family, GemmKernels};
 use crate::half::{Bf16, F16};
@@ -79,5 +80,13 @@ impl Family for Avx2 {
             f()
         }
         run(f)
+    }
+
+    unsafe fn fma_probe_f32(rounds: usize) -> super::peak::Probe {
+        peak::fma_f32(rounds)
+    }
+
+    unsafe fn fma_probe_f64(rounds: usize) -> super::peak::Probe {
+        peak::fma_f64(rounds)
     }
 }

@@ -3,6 +3,7 @@
 
 mod gemm;
 mod half;
+mod peak;
 
 use super::{Family, GemmKernels};
 use crate::half::{Bf16, F16};
@@ -69,5 +70,13 @@ impl Family for Avx512 {
             f()
         }
         run(f)
+    }
+
+    unsafe fn fma_probe_f32(rounds: usize) -> super::peak::Probe {
+        peak::fma_f32(rounds)
+    }
+
+    unsafe fn fma_probe_f64(rounds: usize) -> super::peak::Probe {
+        peak::fma_f64(rounds)
     }
 }

@@ -4,6 +4,7 @@
 //! is part of aarch64's baseline, so plain code is already vectorised.
 
 mod gemm;
+mod peak;
 
 use super::{Family, GemmKernels};
 use crate::half::{Bf16, F16};
@@ -66,5 +67,13 @@ impl Family for Neon {
     #[inline(always)]
     unsafe fn vectorized<R>(f: impl FnOnce() -> R) -> R {
         f()
+    }
+
+    unsafe fn fma_probe_f32(rounds: usize) -> super::peak::Probe {
+        peak::fma_f32(rounds)
+    }
+
+    unsafe fn fma_probe_f64(rounds: usize) -> super::peak::Probe {
+        peak::fma_f64(rounds)
     }
 }

@@ -1,0 +1,154 @@
+//! The FMA probe: how fast one core retires fused multiply-adds on a family's widest vectors
+//! when nothing else limits it (no loads, no stores: twelve independent chains held in
+//! registers, more than an FMA unit's latency times its throughput on the x86-64 and ARM cores
+//! gptcore runs on).
+//!
+//! Benchmarks divide by this rate to say how far a product or a forward is from the machine's
+//! floor. A product that stays in the cache measures a lower bound of it only: on a 2-core AMD
+//! EPYC (Zen 4), the best in-cache 96 x 256 x 256 float32 product ran at 104 GFLOP/s per core
+//! with AVX2 kernels (gptcore's and OpenBLAS's alike), the probe at 117 with 256-bit vectors and
+//! with 512-bit ones.
+//!
+//! Every chain runs `x <- x * MUL + ADD` from its own start (the chains differ, so the compiler
+//! cannot merge them, and none starts at the fixed point, which it would fold away: an
+//! earlier version lost one chain of twelve so and read 9 % high); [`chain`] is the scalar
+//! reference of one.
+
+use super::Kernel;
+use crate::Element;
+use std::time::Instant;
+
+/// Independent chains of one probe round.
+pub const CHAINS: usize = 12;
+/// Each step of a chain: `x * MUL + ADD`.
+pub const MUL: f64 = 0.5;
+pub const ADD: f64 = 1.0;
+
+/// Where chain `i` starts: never at the step's fixed point (2), where the compiler would see
+/// that the chain never changes and drop it.
+pub const fn start(i: usize) -> f64 {
+    (i + 3) as f64
+}
+
+/// What a probe returns: the sum over every chain's lanes after the rounds (so that the work
+/// is used), and the FLOPs of one round.
+pub type Probe = (f64, usize);
+
+/// One chain, `rounds` steps from `start`, in scalar arithmetic.
+pub fn chain<T: Element>(rounds: usize, start: T) -> T {
+    let (m, c) = (T::from_f64(MUL), T::from_f64(ADD));
+    (0..rounds).fold(start, |x, _| x.mul_add(m, c))
+}
+
+/// The probe of a family without vectors of its own: scalar chains.
+pub fn scalar<T: Element>(rounds: usize) -> Probe {
+    let (m, c) = (T::from_f64(MUL), T::from_f64(ADD));
+    let mut acc: [T; CHAINS] = std::array::from_fn(|i| T::from_f64(start(i)));
+    for _ in 0..rounds {
+        for a in acc.iter_mut() {
+            *a = a.mul_add(m, c);
+        }
+    }
+    (acc.iter().map(|x| x.to_f64()).sum(), 2 * CHAINS)
+}
+
+/// A family's probe on its vectors: `$splat` a value into every lane, `$fma(x, m, c)` is
+/// `x * m + c` in every lane, `$lane0` reads the first lane (all lanes of a chain are equal).
+macro_rules! fma_probe {
+    ($name:ident, $T:ty, $feature:literal, $lanes:expr, $splat:path, $fma:path, $lane0:path) => {
+        /// The FMA probe on this family's vectors (see `kernels::peak`).
+        ///
+        /// # Safety
+        /// The CPU has the family's instructions.
+        #[target_feature(enable = $feature)]
+        pub(super) unsafe fn $name(rounds: usize) -> $crate::kernels::peak::Probe {
+            use $crate::kernels::peak::{start, ADD, CHAINS, MUL};
+            let (m, c) = ($splat(MUL as $T), $splat(ADD as $T));
+            let mut acc = [$splat(0.0); CHAINS];
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = $splat(start(i) as $T);
+            }
+            for _ in 0..rounds {
+                for a in acc.iter_mut() {
+                    *a = $fma(*a, m, c);
+                }
+            }
+            let sum: f64 = acc.iter().map(|&v| $lane0(v) as f64).sum();
+            (sum * $lanes as f64, 2 * CHAINS * $lanes)
+        }
+    };
+}
+pub(super) use fma_probe;
+
+/// Runs kernel `k`'s probe (float64 when `double`) for `rounds` rounds.
+///
+/// # Safety
+/// The CPU supports `k`.
+pub(super) unsafe fn run(k: Kernel, double: bool, rounds: usize) -> Probe {
+    super::fma_probe(k, double, rounds)
+}
+
+/// The FMA rate of one core with kernel `k`'s vectors, in FLOP/s (an FMA is two FLOPs): the
+/// best of five timings of about `seconds` / 5 each, on the calling thread. `None` when this CPU
+/// cannot run `k`.
+pub fn fma_rate(k: Kernel, double: bool, seconds: f64) -> Option<f64> {
+    if !k.supported() {
+        return None;
+    }
+    let timed = |rounds: usize| {
+        let t0 = Instant::now();
+        // SAFETY: `k` is supported (checked above).
+        let (sum, flops) = unsafe { run(k, double, rounds) };
+        std::hint::black_box(sum);
+        (t0.elapsed().as_secs_f64(), flops as f64 * rounds as f64)
+    };
+    let slice = (seconds.max(1e-3)) / 5.0;
+    let mut rounds = 1usize << 10;
+    while timed(rounds).0 < slice / 4.0 && rounds < 1 << 40 {
+        rounds *= 2;
+    }
+    let best = (0..5)
+        .map(|_| timed(rounds))
+        .map(|(t, flops)| flops / t.max(1e-9))
+        .fold(0.0f64, f64::max);
+    Some(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every family this CPU runs computes the chains the scalar reference computes, lane for
+    /// lane, and reports a positive rate.
+    #[test]
+    fn probes_compute_the_reference_chains() {
+        for k in super::super::available() {
+            for rounds in [0usize, 1, 3, 40, 1000] {
+                let want32: f64 = (0..CHAINS)
+                    .map(|i| chain::<f32>(rounds, start(i) as f32) as f64)
+                    .sum();
+                let want64: f64 = (0..CHAINS).map(|i| chain::<f64>(rounds, start(i))).sum();
+                // SAFETY: `available` lists the kernels this CPU supports.
+                let (s32, f32_flops) = unsafe { run(k, false, rounds) };
+                let (s64, f64_flops) = unsafe { run(k, true, rounds) };
+                let lanes32 = f32_flops / (2 * CHAINS);
+                let lanes64 = f64_flops / (2 * CHAINS);
+                assert_eq!(
+                    s32,
+                    want32 * lanes32 as f64,
+                    "{} f32 rounds={rounds}",
+                    k.name()
+                );
+                assert_eq!(
+                    s64,
+                    want64 * lanes64 as f64,
+                    "{} f64 rounds={rounds}",
+                    k.name()
+                );
+                assert!(lanes32 >= 1 && lanes32 == 2 * lanes64 || lanes32 == 1 && lanes64 == 1);
+            }
+            let r = fma_rate(k, false, 0.01).unwrap();
+            assert!(r.is_finite() && r > 0.0, "{} {r}", k.name());
+        }
+    }
+}
