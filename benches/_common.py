@@ -86,7 +86,7 @@ def _best_rate(fn, flops: float, samples: int = 9, min_time: float = 0.02) -> fl
 
 
 def measure_peak(dtype: str) -> Tuple[float, str]:
-    """FLOP/s of one core: the FMA probe of the active gptcore kernel (its widest vectors, twelve
+    """FLOP/s of one core: the FMA probe of the active gptcore kernel (its widest vectors,
     independent multiply-add chains in registers, nothing else limiting them; see
     ``gptcore_core::kernels::peak``), or the best rate that gptcore or numpy's BLAS reaches on a
     product that stays in the cache (96 x 256 x 256, one thread, CPU time) if that is higher. The

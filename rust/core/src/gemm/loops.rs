@@ -13,11 +13,11 @@
 //! one (group, depth block) fetch the packed B of the next one into L2 while they compute
 //! (see [`Ahead`]).
 //!
-//! For B read in place, with a family that has a copying tile kernel, the first row tile of LOOP 2 copies the
-//! panels it reads and the others read the copy (see `macro_kernel`). A row block of at most
-//! 36 rows against packed panels, with a family's prefetching tile kernel, swaps LOOPS 2 and 1
-//! and cuts each panel into depth chunks, each fetched two chunks ahead (see
-//! `few_rows_in_chunks`).
+//! For B read in place, with a family that has a copying tile kernel, the first row tile of
+//! LOOP 2 copies the panels it reads and the others read the copy (see `macro_kernel`). A row
+//! block of at most 36 rows against packed panels, with a family's prefetching tile kernel,
+//! swaps LOOPS 2 and 1 and cuts each panel into depth chunks, each fetched two chunks ahead
+//! (see `few_rows_in_chunks`).
 //!
 //! Every item computes a disjoint block of C through all depth blocks in order, so each element's
 //! chain is continued block after block by one thread (the exactness contract).

@@ -96,7 +96,7 @@ pub const PACKED_ALIGN: usize = 64;
 /// AVX2 load then spanned two lines. With the AVX2 kernels on an AMD EPYC (Zen 4, 2 cores),
 /// aligning them made GPT-2 small forwards 5-9 % faster (see `docs/performance.md`).
 pub struct PackedB<T: PanelValue> {
-    pub(crate) data: Vec<T>,
+    data: Vec<T>,
     /// Values of `data` before the first panel (fewer than a cache line's worth).
     start: usize,
     k: usize,

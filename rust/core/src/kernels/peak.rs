@@ -1,7 +1,9 @@
 //! The FMA probe: how fast one core retires fused multiply-adds on a family's widest vectors
-//! when nothing else limits it (no loads, no stores: twelve independent chains held in
-//! registers, more than an FMA unit's latency times its throughput on the x86-64 and ARM cores
-//! gptcore runs on).
+//! when nothing else limits it (no loads, no stores: independent chains held in registers, at
+//! least as many as the FMA latency times the FMA units, so that every unit issues every
+//! cycle: twelve on x86-64, where two units of latency four need eight and 16 vector
+//! registers hold no more than twelve chains and the two operands; sixteen on aarch64, where
+//! cores with four units of latency four need sixteen).
 //!
 //! Benchmarks divide by this rate to say how far a product or a forward is from the machine's
 //! floor. A product that stays in the cache measures a lower bound of it only: on a 2-core AMD
@@ -18,8 +20,10 @@ use super::Kernel;
 use crate::Element;
 use std::time::Instant;
 
-/// Independent chains of one probe round.
+/// Independent chains of one probe round: the scalar probe's, and the most a family's may run.
 pub const CHAINS: usize = 12;
+/// Chains of the NEON probe (32 vector registers).
+pub const CHAINS_NEON: usize = 16;
 /// Each step of a chain: `x * MUL + ADD`.
 pub const MUL: f64 = 0.5;
 pub const ADD: f64 = 1.0;
@@ -31,8 +35,8 @@ pub const fn start(i: usize) -> f64 {
 }
 
 /// What a probe returns: the sum over every chain's lanes after the rounds (so that the work
-/// is used), and the FLOPs of one round.
-pub type Probe = (f64, usize);
+/// is used), the chains and the lanes of each (a round is `2 * chains * lanes` FLOPs).
+pub type Probe = (f64, usize, usize);
 
 /// One chain, `rounds` steps from `start`, in scalar arithmetic.
 pub fn chain<T: Element>(rounds: usize, start: T) -> T {
@@ -49,22 +53,24 @@ pub fn scalar<T: Element>(rounds: usize) -> Probe {
             *a = a.mul_add(m, c);
         }
     }
-    (acc.iter().map(|x| x.to_f64()).sum(), 2 * CHAINS)
+    (acc.iter().map(|x| x.to_f64()).sum(), CHAINS, 1)
 }
 
-/// A family's probe on its vectors: `$splat` a value into every lane, `$fma(x, m, c)` is
-/// `x * m + c` in every lane, `$lane0` reads the first lane (all lanes of a chain are equal).
+/// A family's probe on its vectors: `$chains` chains of `$lanes` lanes, `$splat` a value into
+/// every lane, `$fma(x, m, c)` is `x * m + c` in every lane, `$lane0` reads the first lane (all
+/// lanes of a chain are equal).
 macro_rules! fma_probe {
-    ($name:ident, $T:ty, $feature:literal, $lanes:expr, $splat:path, $fma:path, $lane0:path) => {
+    ($name:ident, $T:ty, $feature:literal, $chains:expr, $lanes:expr, $splat:path, $fma:path,
+     $lane0:path) => {
         /// The FMA probe on this family's vectors (see `kernels::peak`).
         ///
         /// # Safety
         /// The CPU has the family's instructions.
         #[target_feature(enable = $feature)]
         pub(super) unsafe fn $name(rounds: usize) -> $crate::kernels::peak::Probe {
-            use $crate::kernels::peak::{start, ADD, CHAINS, MUL};
+            use $crate::kernels::peak::{start, ADD, MUL};
             let (m, c) = ($splat(MUL as $T), $splat(ADD as $T));
-            let mut acc = [$splat(0.0); CHAINS];
+            let mut acc = [$splat(0.0); $chains];
             for (i, a) in acc.iter_mut().enumerate() {
                 *a = $splat(start(i) as $T);
             }
@@ -74,7 +80,7 @@ macro_rules! fma_probe {
                 }
             }
             let sum: f64 = acc.iter().map(|&v| $lane0(v) as f64).sum();
-            (sum * $lanes as f64, 2 * CHAINS * $lanes)
+            (sum * $lanes as f64, $chains, $lanes)
         }
     };
 }
@@ -98,9 +104,12 @@ pub fn fma_rate(k: Kernel, double: bool, seconds: f64) -> Option<f64> {
     let timed = |rounds: usize| {
         let t0 = Instant::now();
         // SAFETY: `k` is supported (checked above).
-        let (sum, flops) = unsafe { run(k, double, rounds) };
+        let (sum, chains, lanes) = unsafe { run(k, double, rounds) };
         std::hint::black_box(sum);
-        (t0.elapsed().as_secs_f64(), flops as f64 * rounds as f64)
+        (
+            t0.elapsed().as_secs_f64(),
+            (2 * chains * lanes) as f64 * rounds as f64,
+        )
     };
     let slice = (seconds.max(1e-3)) / 5.0;
     let mut rounds = 1usize << 10;
@@ -119,33 +128,26 @@ mod tests {
     use super::*;
 
     /// Every family this CPU runs computes the chains the scalar reference computes, lane for
-    /// lane, and reports a positive rate.
+    /// lane (float64 vectors hold half the lanes of float32 ones), and reports a positive rate.
     #[test]
     fn probes_compute_the_reference_chains() {
         for k in super::super::available() {
             for rounds in [0usize, 1, 3, 40, 1000] {
-                let want32: f64 = (0..CHAINS)
+                // SAFETY: `available` lists the kernels this CPU supports.
+                let (s32, chains32, lanes32) = unsafe { run(k, false, rounds) };
+                let (s64, chains64, lanes64) = unsafe { run(k, true, rounds) };
+                let want32: f64 = (0..chains32)
                     .map(|i| chain::<f32>(rounds, start(i) as f32) as f64)
                     .sum();
-                let want64: f64 = (0..CHAINS).map(|i| chain::<f64>(rounds, start(i))).sum();
-                // SAFETY: `available` lists the kernels this CPU supports.
-                let (s32, f32_flops) = unsafe { run(k, false, rounds) };
-                let (s64, f64_flops) = unsafe { run(k, true, rounds) };
-                let lanes32 = f32_flops / (2 * CHAINS);
-                let lanes64 = f64_flops / (2 * CHAINS);
-                assert_eq!(
-                    s32,
-                    want32 * lanes32 as f64,
-                    "{} f32 rounds={rounds}",
-                    k.name()
+                let want64: f64 = (0..chains64).map(|i| chain::<f64>(rounds, start(i))).sum();
+                let what = format!("{} rounds={rounds}", k.name());
+                assert_eq!(s32, want32 * lanes32 as f64, "f32 {what}");
+                assert_eq!(s64, want64 * lanes64 as f64, "f64 {what}");
+                assert!(chains32 >= 8 && chains32 == chains64, "{what}");
+                assert!(
+                    lanes32 == 2 * lanes64 || (lanes32, lanes64) == (1, 1),
+                    "{what}"
                 );
-                assert_eq!(
-                    s64,
-                    want64 * lanes64 as f64,
-                    "{} f64 rounds={rounds}",
-                    k.name()
-                );
-                assert!(lanes32 >= 1 && lanes32 == 2 * lanes64 || lanes32 == 1 && lanes64 == 1);
             }
             let r = fma_rate(k, false, 0.01).unwrap();
             assert!(r.is_finite() && r > 0.0, "{} {r}", k.name());

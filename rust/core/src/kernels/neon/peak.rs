@@ -1,6 +1,6 @@
 //! The FMA probe (see `kernels::peak`) on 128-bit NEON registers.
 
-use crate::kernels::peak::fma_probe;
+use crate::kernels::peak::{fma_probe, CHAINS_NEON};
 use std::arch::aarch64::*;
 
 /// `x * m + c` in every lane.
@@ -21,5 +21,23 @@ unsafe fn lane0_f64(v: float64x2_t) -> f64 {
     vgetq_lane_f64::<0>(v)
 }
 
-fma_probe!(fma_f32, f32, "neon", 4, vdupq_n_f32, fma_f32x4, lane0_f32);
-fma_probe!(fma_f64, f64, "neon", 2, vdupq_n_f64, fma_f64x2, lane0_f64);
+fma_probe!(
+    fma_f32,
+    f32,
+    "neon",
+    CHAINS_NEON,
+    4,
+    vdupq_n_f32,
+    fma_f32x4,
+    lane0_f32
+);
+fma_probe!(
+    fma_f64,
+    f64,
+    "neon",
+    CHAINS_NEON,
+    2,
+    vdupq_n_f64,
+    fma_f64x2,
+    lane0_f64
+);
