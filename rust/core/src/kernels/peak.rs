@@ -111,11 +111,15 @@ pub fn fma_rate(k: Kernel, double: bool, seconds: f64) -> Option<f64> {
             (2 * chains * lanes) as f64 * rounds as f64,
         )
     };
-    let slice = (seconds.max(1e-3)) / 5.0;
+    // Rounds doubled until a timing is long enough to scale from, then scaled to one slice.
+    let slice = seconds.max(1e-3) / 5.0;
     let mut rounds = 1usize << 10;
-    while timed(rounds).0 < slice / 4.0 && rounds < 1 << 40 {
+    let mut t = timed(rounds).0;
+    while t < slice / 8.0 && rounds < 1 << 40 {
         rounds *= 2;
+        t = timed(rounds).0;
     }
+    let rounds = ((rounds as f64 * slice / t.max(1e-9)) as usize).max(1);
     let best = (0..5)
         .map(|_| timed(rounds))
         .map(|(t, flops)| flops / t.max(1e-9))
