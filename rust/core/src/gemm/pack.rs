@@ -88,6 +88,12 @@ impl KBlocks {
 /// Packed panels start on a boundary of this many bytes (a cache line).
 pub const PACKED_ALIGN: usize = 64;
 
+/// Values of type `T` from the address `addr` (a multiple of `T`'s size, its alignment) to
+/// the next cache-line boundary: where packed panels start in a buffer at `addr`.
+pub(crate) fn line_start<T>(addr: usize) -> usize {
+    (PACKED_ALIGN - addr % PACKED_ALIGN) % PACKED_ALIGN / std::mem::size_of::<T>()
+}
+
 /// A right-hand side packed once into NR-column panels, reusable for many products.
 ///
 /// The panels start on a cache-line boundary inside their buffer (`start` values in), so no
@@ -144,17 +150,21 @@ impl<T: PanelValue> PackedB<T> {
     /// Pack a (K x N) matrix into `data`, which must hold exactly [`PackedB::buffer_len`]
     /// values; its old values may be anything (every packed value is written, the padding
     /// columns with zeros).
-    pub fn pack_into(b: MatRef<'_, T>, mut data: Vec<T>) -> PackedB<T> {
+    pub fn pack_into(b: MatRef<'_, T>, data: Vec<T>) -> PackedB<T> {
+        let start = line_start::<T>(data.as_ptr() as usize);
+        Self::pack_at(b, data, start)
+    }
+
+    /// [`PackedB::pack_into`] with the panels starting `start` values into `data` (fewer
+    /// than a cache line's worth), wherever that falls.
+    pub(crate) fn pack_at(b: MatRef<'_, T>, mut data: Vec<T>, start: usize) -> PackedB<T> {
         let (k, n) = (b.rows, b.cols);
         assert_eq!(
             data.len(),
             Self::buffer_len(k, n),
             "packed buffer of the wrong length"
         );
-        // The first value on a cache line (the buffer's address is a multiple of the value
-        // size, its alignment).
-        let size = std::mem::size_of::<T>();
-        let start = (PACKED_ALIGN - data.as_ptr() as usize % PACKED_ALIGN) % PACKED_ALIGN / size;
+        assert!(start * std::mem::size_of::<T>() < PACKED_ALIGN);
         let len = Self::packed_len(k, n);
         let vals = &mut data[start..start + len];
         let kb = KBlocks::new(k, T::kc_max());
