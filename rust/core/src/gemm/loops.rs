@@ -603,7 +603,7 @@ fn with_group_buffer<W: Copy, R>(len: usize, f: impl FnOnce(*mut W) -> R) -> R {
         if v.len() < words {
             v.resize(words, 0);
         }
-        let skip = (LINE - v.as_ptr() as usize % LINE) % LINE / 8;
+        let skip = super::pack::line_start::<u64>(v.as_ptr() as usize);
         f(v[skip..].as_mut_ptr() as *mut W)
     };
     GROUP_COPY.with(|b| match b.try_borrow_mut() {
