@@ -35,8 +35,14 @@ use std::arch::x86_64::*;
 pub const MR_F32: usize = 6;
 pub const MR_F64: usize = 6;
 
-/// Prefetch distance (depth steps) for B read in place by the tile kernel.
-const PF_B: usize = 16;
+/// Prefetch distance (depth steps) for B read in place by the tile kernel: each step is another
+/// row of B, so the distance is all that hides memory's latency from the row tile that reads
+/// (and copies) the panels first. On the 2-core AMD EPYC (Zen 4), 64 x 768 x 3072 / 64 x 3072 x
+/// 768 / 64 x 768 x 768 / 32 and 48 x 768 x 2304 (per-round ratios against 16 in one process,
+/// medians of 9-11, two runs): float32 1.03-1.07 / 1.03 / 1.04-1.11 / 1.06-1.08 / 1.08, float64
+/// 1.04-1.06 / 1.00-1.04 / 1.03-1.05 / 1.06 / 1.02-1.04 on one thread, 1.01-1.11 on two; 24, 40
+/// and 48 steps about the same, 96 less. (The AVX-512 tile, one pass a panel, gained nothing.)
+const PF_B: usize = 32;
 /// Prefetch distance (depth steps) for packed B panels in the tile kernel: 32 steps = 4 KiB of
 /// the panel. With the AVX2 path forced on the 2-core Sapphire Rapids Xeon (one thread, thread
 /// CPU time, alternating processes): +2-5 % on 1024x3072x768, 64x768x3072 and 256x768x50257
