@@ -43,11 +43,17 @@ pub const MR_F64: usize = 6;
 /// 1.04-1.06 / 1.00-1.04 / 1.03-1.05 / 1.06 / 1.02-1.04 on one thread, 1.01-1.11 on two; 24, 40
 /// and 48 steps about the same, 96 less. (The AVX-512 tile, one pass a panel, gained nothing.)
 const PF_B: usize = 32;
-/// Prefetch distance (depth steps) for packed B panels in the tile kernel: 32 steps = 4 KiB of
+/// Prefetch distance (depth steps) for packed B panels in the tile kernel: 48 steps = 6 KiB of
 /// the panel. With the AVX2 path forced on the 2-core Sapphire Rapids Xeon (one thread, thread
-/// CPU time, alternating processes): +2-5 % on 1024x3072x768, 64x768x3072 and 256x768x50257
-/// against none (71-73 -> 73-75, 70-72 -> 73-75, 66-72 -> 74-76 GFLOP/s).
-const PF_B_PACKED: usize = 32;
+/// CPU time, alternating processes), 32 steps gave +2-5 % on 1024x3072x768, 64x768x3072 and
+/// 256x768x50257 against none (71-73 -> 73-75, 70-72 -> 73-75, 66-72 -> 74-76 GFLOP/s). On the
+/// 2-core AMD EPYC (Zen 4), exactly 4 KiB ahead was the worst distance near it: against 32
+/// steps (per-round ratios in one process, medians of 9-11), 16, 24, 40 and 48 steps all ran
+/// 1-3 % faster on 64, 256 and 1024-row products, float32 and float64, one and two threads,
+/// while a second run of 32 read 0.99-1.00; 48 also 1.02-1.04 on the LM head's 768 x 50257,
+/// and 0.99-1.00 on 12 and 24 rows. (The AVX-512 tile, which reads a step in one pass, showed no
+/// such dip at 32.)
+const PF_B_PACKED: usize = 48;
 /// Prefetch distance (depth steps) for B read in place by the wide kernel.
 const PF_WIDE: usize = 8;
 
