@@ -60,16 +60,36 @@ impl<T: Element> HeadKv<T> {
     pub fn push(&mut self, k: &[T], v: &[T]) {
         let t = self.len;
         self.reserve(t + 1);
+        self.put(t, &k[..self.dh], &v[..self.dh]);
+        self.len = t + 1;
+    }
+
+    /// Append `count` positions at once: position `i`'s key is the `dh` values of `src` from
+    /// `i * ld + k_at`, its value those from `i * ld + v_at` (rows of a fused QKV product).
+    /// The same layout as `count` calls of [`HeadKv::push`], with room made once.
+    pub fn push_rows(&mut self, src: &[T], ld: usize, (k_at, v_at): (usize, usize), count: usize) {
+        let dh = self.dh;
+        let t0 = self.len;
+        self.reserve(t0 + count);
+        for (i, row) in src.chunks(ld).take(count).enumerate() {
+            self.put(t0 + i, &row[k_at..k_at + dh], &row[v_at..v_at + dh]);
+        }
+        self.len = t0 + count;
+    }
+
+    /// Writes position `t`'s key (into its K^T panel's column) and value (in NR-value runs).
+    #[inline(always)]
+    fn put(&mut self, t: usize, k: &[T], v: &[T]) {
         let (dh, nr) = (self.dh, T::NR);
-        let kbase = (t / nr) * dh * nr + t % nr;
-        for d in 0..dh {
-            self.kt[kbase + d * nr] = k[d];
+        let panel = &mut self.kt[(t / nr) * dh * nr..(t / nr + 1) * dh * nr];
+        for (row, &x) in panel.chunks_exact_mut(nr).zip(k) {
+            row[t % nr] = x;
         }
         let vbase = (t / KB) * KB * self.dh_pad() + (t % KB) * nr;
-        for (c, &val) in v.iter().enumerate().take(dh) {
-            self.v[vbase + (c / nr) * KB * nr + c % nr] = val;
+        for (jp, run) in v.chunks(nr).enumerate() {
+            let at = vbase + jp * KB * nr;
+            self.v[at..at + run.len()].copy_from_slice(run);
         }
-        self.len = t + 1;
     }
 
     /// Pointer to the K^T panel that starts at position `pos` (a multiple of NR).
@@ -140,5 +160,64 @@ impl<T: Element> KvCache<T> {
 
     pub fn nbytes(&self) -> usize {
         self.layers.iter().flatten().map(|h| h.nbytes()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pushing_rows_at_once_matches_pushing_one_by_one() {
+        // Runs that start inside a panel and a block, cross panel and block boundaries, and a
+        // head width that is not a whole number of panels; the rows lie inside wider rows.
+        fn check<T: Element>() {
+            for dh in [64usize, 40, 1] {
+                let ld = 3 * dh + 5;
+                for (before, count) in [(0usize, 150usize), (90, 7), (31, 200), (5, 0)] {
+                    let n = before + count;
+                    let src: Vec<T> = (0..n * ld).map(|i| T::from_f64(i as f64 - 0.5)).collect();
+                    let (k_at, v_at) = (dh + 2, 2 * dh + 3);
+                    let row = |t: usize| &src[t * ld..(t + 1) * ld];
+                    let (mut one, mut many) = (HeadKv::<T>::new(dh), HeadKv::<T>::new(dh));
+                    for t in 0..n {
+                        one.push(&row(t)[k_at..k_at + dh], &row(t)[v_at..v_at + dh]);
+                    }
+                    for t in 0..before {
+                        many.push(&row(t)[k_at..k_at + dh], &row(t)[v_at..v_at + dh]);
+                    }
+                    many.push_rows(&src[before * ld..], ld, (k_at, v_at), count);
+                    assert_eq!((one.len, many.len), (n, n));
+                    let bits = |x: &[T]| x.iter().map(|v| v.to_f64().to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&one.kt),
+                        bits(&many.kt),
+                        "{} dh={dh} {before}+{count}",
+                        T::NAME
+                    );
+                    assert_eq!(
+                        bits(&one.v),
+                        bits(&many.v),
+                        "{} dh={dh} {before}+{count}",
+                        T::NAME
+                    );
+                    // And the layout is the documented one.
+                    for t in 0..n {
+                        for d in 0..dh {
+                            let k = one.kt[(t / T::NR) * dh * T::NR + d * T::NR + t % T::NR];
+                            assert_eq!(k.to_f64(), row(t)[k_at + d].to_f64());
+                            let (b, kk) = (t / KB, t % KB);
+                            let v = one.v[b * KB * one.dh_pad()
+                                + (d / T::NR) * KB * T::NR
+                                + kk * T::NR
+                                + d % T::NR];
+                            assert_eq!(v.to_f64(), row(t)[v_at + d].to_f64());
+                        }
+                    }
+                }
+            }
+        }
+        check::<f32>();
+        check::<f64>();
     }
 }

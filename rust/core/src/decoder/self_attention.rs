@@ -65,14 +65,8 @@ impl<T: Float> SelfAttention<T> {
         let dh = d / nh;
         let fill = |(idx, hk): (usize, &mut HeadKv<T>)| {
             let (b, hh) = (idx / nh, idx % nh);
-            hk.reserve(p0 + t_new);
-            for t in 0..t_new {
-                let r = (b * t_new + t) * 3 * d;
-                hk.push(
-                    &qkv[r + d + hh * dh..r + d + (hh + 1) * dh],
-                    &qkv[r + 2 * d + hh * dh..r + 2 * d + (hh + 1) * dh],
-                );
-            }
+            let rows = &qkv[b * t_new * 3 * d..(b + 1) * t_new * 3 * d];
+            hk.push_rows(rows, 3 * d, (d + hh * dh, 2 * d + hh * dh), t_new);
         };
         if pass.rows() * d >= 1 << 14 {
             let hp = SendPtr(heads.as_mut_ptr());
