@@ -61,7 +61,7 @@ impl<T: Float> SelfAttention<T> {
 
     /// Appends the keys and values of the new positions (`qkv (B*T, 3d)`) to their heads.
     fn append_kv(&self, qkv: &[T], heads: &mut [HeadKv<T>], pass: &Pass, d: usize) {
-        let (nh, t_new, p0) = (self.n_heads, pass.t_new, pass.p0);
+        let (nh, t_new) = (self.n_heads, pass.t_new);
         let dh = d / nh;
         let fill = |(idx, hk): (usize, &mut HeadKv<T>)| {
             let (b, hh) = (idx / nh, idx % nh);
