@@ -69,6 +69,11 @@ impl<T: Element> HeadKv<T> {
     /// The same layout as `count` calls of [`HeadKv::push`], with room made once.
     pub fn push_rows(&mut self, src: &[T], ld: usize, (k_at, v_at): (usize, usize), count: usize) {
         let dh = self.dh;
+        assert!(
+            count == 0 || src.len() >= (count - 1) * ld + k_at.max(v_at) + dh,
+            "push_rows: {count} rows of {ld} values do not fit in {} values",
+            src.len()
+        );
         let t0 = self.len;
         self.reserve(t0 + count);
         for (i, row) in src.chunks(ld).take(count).enumerate() {

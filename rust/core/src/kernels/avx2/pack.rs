@@ -4,9 +4,9 @@
 //! rows interleaved into pairs (one 64-bit or 128-bit store a depth step). The loops around
 //! pack the remaining depth steps. A plain copy: values are moved bit for bit. (For MR = 6, on
 //! 1024 x 3072 one thread: float64 packing took 40 ms one value at a time against 20 ms for
-//! MR = 12 with the transposes, about 3 % of the product; float32 21 against 17 ms. The two
-//! rows as pairs instead of one value at a time: 256 x 3072 float32, 443 / 445 / 388 us against
-//! 377 / 374 / 378 us, one thread, AMD EPYC Zen 4.)
+//! MR = 12 with the transposes, about 3 % of the product; float32 21 against 17 ms. The last
+//! two rows as pairs: 256 x 3072 float32 in 374-378 us against 388-445 us one value at a time,
+//! one thread, AMD EPYC Zen 4.)
 
 use std::arch::x86_64::*;
 
