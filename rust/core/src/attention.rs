@@ -89,6 +89,7 @@ unsafe fn attend<T: HasKernels + Transcendental>(
         qview,
         kernels,
         KBlocks::new(dh, dh.max(1)),
+        0, // packed on this work item's thread
         &mut scratch.qpack,
     );
     scratch.s.clear();
@@ -211,6 +212,7 @@ unsafe fn add_pv<T: HasKernels + Transcendental>(
         MatRef::from_slice(&scratch.s, nq, KB).cols_range(nkeys),
         kernels,
         KBlocks::new(nkeys, nkeys),
+        0, // packed on this work item's thread
         &mut scratch.ppack,
     );
     let mut c0 = 0;

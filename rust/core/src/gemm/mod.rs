@@ -367,7 +367,7 @@ fn pack_by_slabs<T: GemmElement>(
     // B's values, only ever read.
     let (bptr, brs, bcs) = (crate::threads::SendPtr(b.ptr as *mut T), b.rs, b.cs);
     T::with_a_buffer(|apack| {
-        pack_a(a, &kernels, kb, apack);
+        pack_a(a, &kernels, kb, n, apack);
         let apack = &*apack;
         // Inside an item, the packing and the loops run on the item's thread alone (a loop
         // started from inside another runs where it is).
@@ -437,7 +437,7 @@ fn run<T: GemmElement + KernelsFor<W>, W: PanelValue>(
     let kernels = <T as KernelsFor<W>>::kernels_for(opts.kernel);
     let kb = b.kb();
     T::with_a_buffer(|apack| {
-        pack_a(a, &kernels, kb, apack);
+        pack_a(a, &kernels, kb, n, apack);
         // SAFETY: C holds m rows of n values ldc apart (checked above), borrowed mutably here.
         unsafe {
             loops::run(

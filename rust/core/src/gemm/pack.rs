@@ -306,9 +306,18 @@ impl<T: PanelValue> PackedB<T> {
     }
 }
 
+/// Values of A from which `pack_a` packs on every thread, for a product that runs on every
+/// thread. With the AVX2 kernels on the 2-core AMD EPYC (Zen 4), two threads, float32 packed
+/// products, against the earlier bound of 2^17 (builds alternating in one process, medians of
+/// 11-15 per-round ratios): 64 x 768 against 768 / 2304 / 3072 columns 1.12 / 1.04 / 1.06 x,
+/// 24 and 32 x 768 x 768 1.13 x, 24-36 rows against 2304 or 3072 columns 0.97-1.00 x; one
+/// thread and 64 x 768 x 4 (a product left on one thread) 0.98-1.00 x.
+pub const A_PARALLEL_MIN: usize = 1 << 14;
+
 /// Pack all of A (M x K, any strides) into `mr`-row panels, block by block, with the
 /// family's panel packer (`kernels.pack_a_panel`) for full panels of rows with unit column
-/// stride, when it has one.
+/// stride, when it has one. `n`: the product's columns (a product too small to run on several
+/// threads packs on the calling thread alone).
 /// Layout: block p starts at `mpad * k0`; panel ip of block p at `ip * mr * kc` inside it.
 ///
 /// `out` is grown when it is too short and otherwise reused as it is, without clearing it
@@ -321,6 +330,7 @@ pub(crate) fn pack_a<T: Element, W>(
     a: MatRef<'_, T>,
     kernels: &GemmKernels<T, W>,
     kb: KBlocks,
+    n: usize,
     out: &mut Vec<T>,
 ) {
     let (m, k, mr) = (a.rows, a.cols, kernels.mr);
@@ -365,7 +375,8 @@ pub(crate) fn pack_a<T: Element, W>(
             }
         }
     };
-    if m * k >= 1 << 17 {
+    let flops = m as f64 * k as f64 * n as f64;
+    if m * k >= A_PARALLEL_MIN && flops >= super::loops::PARALLEL_MIN_FLOPS {
         threads::parallel_for(panels, pack_panel);
     } else {
         (0..panels).for_each(pack_panel);

@@ -310,6 +310,8 @@ fn packing_a_over_a_used_buffer_writes_every_value() {
             (1, 3),
             (6, 389),
             (17, 100),
+            // Enough values to be packed on every thread.
+            (41, 500),
         ];
         for (kernel, (m, k)) in available()
             .into_iter()
@@ -324,7 +326,7 @@ fn packing_a_over_a_used_buffer_writes_every_value() {
             let kb = KBlocks::new(k, 384);
             let mpad = m.div_ceil(mr) * mr;
             let mut fresh = Vec::new();
-            pack_a(view, &kernels, kb, &mut fresh);
+            pack_a(view, &kernels, kb, 1 << 20, &mut fresh);
             assert_eq!(fresh.len(), mpad * k);
             // Every value where the layout says, against the definition.
             for p in 0..kb.count {
@@ -347,7 +349,7 @@ fn packing_a_over_a_used_buffer_writes_every_value() {
             }
             // A buffer left over from a larger product, full of NaN: the same live values.
             let mut used = vec![T::from_f64(f64::NAN); fresh.len() + 100];
-            pack_a(view, &kernels, kb, &mut used);
+            pack_a(view, &kernels, kb, 1 << 20, &mut used);
             let live = |i: usize| {
                 let p = (i / (mpad * kb.kc)).min(kb.count - 1);
                 let (k0, kc) = kb.block(p);
