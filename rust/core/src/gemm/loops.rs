@@ -62,6 +62,11 @@ pub const ROW_QUANTUM: usize = 12;
 /// Products below this many multiply-adds run on the calling thread alone.
 pub const PARALLEL_MIN_FLOPS: f64 = 262_144.0;
 
+/// Whether an (m x k) by (k x n) product is large enough to run on every thread.
+pub(super) fn runs_on_every_thread(m: usize, k: usize, n: usize) -> bool {
+    m as f64 * k as f64 * n as f64 >= PARALLEL_MIN_FLOPS
+}
+
 /// How the product is cut into work items.
 struct Plan {
     /// Row blocks: block `ib` is rows `block_rows(ib)`.
@@ -77,8 +82,7 @@ struct Plan {
 impl Plan {
     fn new<W: PanelValue>(m: usize, n: usize, kb: KBlocks, wide: bool) -> Plan {
         let panels = n.div_ceil(W::PANEL_NR);
-        let flops = m as f64 * n as f64 * kb.k as f64;
-        let nthreads = if flops < PARALLEL_MIN_FLOPS {
+        let nthreads = if !runs_on_every_thread(m, kb.k, n) {
             1
         } else {
             threads::num_threads()

@@ -375,8 +375,7 @@ pub(crate) fn pack_a<T: Element, W>(
             }
         }
     };
-    let flops = m as f64 * k as f64 * n as f64;
-    if m * k >= A_PARALLEL_MIN && flops >= super::loops::PARALLEL_MIN_FLOPS {
+    if m * k >= A_PARALLEL_MIN && super::loops::runs_on_every_thread(m, k, n) {
         threads::parallel_for(panels, pack_panel);
     } else {
         (0..panels).for_each(pack_panel);
