@@ -3,7 +3,8 @@
 //! ```text
 //! LOOP 5  work items: (column chunk, row block) pairs, shared out to the threads
 //! LOOP 4    column groups of NC panels inside the chunk (the group's C tile stays in L2)
-//! LOOP 3      depth blocks of KC (A and B are packed block by block)
+//! LOOP 3      depth blocks of KC (A and B are packed block by block; a large A is packed here,
+//!             a row block's panels of the depth block by the first item that reaches them)
 //! LOOP 2        row tiles of MR inside the row block            (`macro_kernel`)
 //! LOOP 1          panels of NR inside the group: the tile kernel (or the wide kernel, four
 //!                 panels at once, for a row block of at most WIDE_ROWS rows)
@@ -37,11 +38,13 @@
 //! into L1, row blocks of 48, 96 or 384 rows, groups of 4 or 16 panels and float64 depth
 //! blocks of 384 or 512 steps, all within the noise.
 
-use super::pack::{KBlocks, PackedB, PanelValue};
+use super::pack::{pack_a_into, pack_a_panel, KBlocks, PackedB, PanelValue, A_PARALLEL_MIN};
+use super::MatRef;
 use super::{tuning, BSource, Epilogue, Tile};
 use crate::kernels::{GemmKernels, TileCopyFn, TilePrefetchFn, WIDE_ROWS};
 use crate::threads;
 use crate::Element;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Rows of A handled by one work item (a multiple of every family's MR, which divides 12).
 pub const MC: usize = 192;
@@ -61,6 +64,17 @@ pub const ROW_QUANTUM: usize = 12;
 
 /// Products below this many multiply-adds run on the calling thread alone.
 pub const PARALLEL_MIN_FLOPS: f64 = 262_144.0;
+
+/// Values of A from which the work items pack A as they go (a row block's panels of one depth
+/// block right before their first use), when there are at least as many row blocks as threads:
+/// the first column group then reads them from L2 instead of from the L3 cache or memory after
+/// a pass over all of A. AVX2 kernels on the 2-core AMD EPYC (Zen 4), against packing all of A
+/// first, the two alternating call by call in one process (medians of 21-1047 paired ratios; a
+/// second copy of the old way read 0.99-1.01): float32, one thread, 1024 x 768 x 3072 1.01,
+/// 1024 x 3072 x 768 1.01, 512 x 768 x 768 1.01, 256 x 3072 x 768 1.02; two threads 1.00, 1.03,
+/// 1.00, 1.00 and 1024 x 768 x 2304 1.01; float64, one thread, 1.00 / 1.02 / 1.02 on
+/// 1024 x 768 x 3072 / 512 x 768 x 768 / 256 x 3072 x 768.
+pub const A_LAZY_MIN: usize = 1 << 18;
 
 /// Whether an (m x k) by (k x n) product is large enough to run on every thread.
 pub(super) fn runs_on_every_thread(m: usize, k: usize, n: usize) -> bool {
@@ -144,13 +158,28 @@ pub(super) unsafe fn run<T: Element, W: PanelValue>(
     m: usize,
     n: usize,
     kb: KBlocks,
-    apack: &[T],
+    a: APanels<'_, T>,
     b: &BSource<'_, W>,
     c: *mut T,
     ldc: usize,
     epilogue: Option<Epilogue<'_, T>>,
 ) {
     let plan = Plan::new::<W>(m, n, kb, kernels.wide.is_some());
+    // A still to be packed: by the work items as they go, a (row block, depth block) at a
+    // time, for a large A with a row block for every thread (the flags: 0 not yet, 1 being
+    // packed, 2 packed), else all of it now.
+    let mut lazy: Option<(MatRef<'_, T>, Vec<AtomicU8>)> = None;
+    if let Some(src) = a.source {
+        let k = kb.k;
+        if m * k >= A_LAZY_MIN && plan.mblocks >= plan.nthreads {
+            let flags = (0..plan.mblocks * kb.count).map(|_| AtomicU8::new(0));
+            lazy = Some((src, flags.collect()));
+        } else {
+            let parallel = m * k >= A_PARALLEL_MIN && plan.nthreads > 1;
+            pack_a_into(src, &kernels, kb, parallel, a.packed.get());
+        }
+    }
+    let a = &a;
     let cptr = threads::SendPtr(c);
     let out = Out {
         ptr: cptr,
@@ -173,7 +202,17 @@ pub(super) unsafe fn run<T: Element, W: PanelValue>(
             // LOOP 3: depth blocks.
             for p in 0..kb.count {
                 let (k0, kc) = kb.block(p);
-                let ablock = &apack[m.div_ceil(kernels.mr) * kernels.mr * k0..];
+                if let Some((src, flags)) = &lazy {
+                    let flag = &flags[ib * kb.count + p];
+                    // SAFETY: the buffer holds the packed A; the flag is this row block's and
+                    // this depth block's alone.
+                    unsafe { ensure_packed(*src, a.packed, &kernels, kb, flag, (i0, i1), p) };
+                }
+                let ablock = a
+                    .packed
+                    .get()
+                    .wrapping_add(m.div_ceil(kernels.mr) * kernels.mr * k0)
+                    as *const T;
                 // The packed B this item reads next: the group's next depth block, else the
                 // next group's first.
                 let ahead = match (b, kernels.tile_prefetch) {
@@ -206,6 +245,54 @@ pub(super) unsafe fn run<T: Element, W: PanelValue>(
         (0..items).for_each(item);
     } else {
         threads::parallel_for(items, item);
+    }
+}
+
+/// A's panels for [`run`]: in `packed` (M rounded up to MR, times K values, the layout of
+/// `pack_a`), and, when `source` is given, still to be packed there from it.
+pub(super) struct APanels<'a, T> {
+    pub packed: threads::SendPtr<T>,
+    pub source: Option<MatRef<'a, T>>,
+}
+
+/// Packs the panels of rows `i0..i1` of depth block `p` of `src` into `packed`, unless another
+/// work item has (then waits until they are there).
+///
+/// # Safety
+/// `packed` holds M rounded up to MR, times K values; `flag` belongs to these rows and this
+/// depth block alone.
+unsafe fn ensure_packed<T: Element, W>(
+    src: MatRef<'_, T>,
+    packed: threads::SendPtr<T>,
+    kernels: &GemmKernels<T, W>,
+    kb: KBlocks,
+    flag: &AtomicU8,
+    (i0, i1): (usize, usize),
+    p: usize,
+) {
+    if flag.load(Ordering::Acquire) == 2 {
+        return;
+    }
+    if flag
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
+        .is_ok()
+    {
+        let mr = kernels.mr;
+        for ip in i0 / mr..i1.div_ceil(mr) {
+            pack_a_panel(src, kernels.pack_a_panel, mr, kb, p, ip, packed.get());
+        }
+        flag.store(2, Ordering::Release);
+    } else {
+        // Another item is packing these panels (tens of microseconds of work).
+        let mut spins = 0u32;
+        while flag.load(Ordering::Acquire) != 2 {
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
     }
 }
 
@@ -298,7 +385,7 @@ fn macro_kernel<T: Element, W: PanelValue>(
     kb: KBlocks,
     p: usize,
     kc: usize,
-    ablock: &[T],
+    ablock: *const T,
     b: &BSource<'_, W>,
     (i0, i1): (usize, usize),
     (g0, g1): (usize, usize),
@@ -325,7 +412,7 @@ fn macro_kernel<T: Element, W: PanelValue>(
                     i1 - i0,
                     cols_last,
                     kc,
-                    ablock.as_ptr().add((i0 / mr) * mr * kc),
+                    ablock.add((i0 / mr) * mr * kc),
                     bp,
                     ldb,
                     bstride,
@@ -367,7 +454,7 @@ fn macro_kernel<T: Element, W: PanelValue>(
         let mut i = i0;
         while i < i1 {
             let rows = mr.min(i1 - i);
-            let ap = ablock[(i / mr) * mr * kc..].as_ptr();
+            let ap = ablock.wrapping_add((i / mr) * mr * kc);
             // LOOP 1: panels.
             for q in jp..g1 {
                 let j0 = q * W::PANEL_NR;
@@ -494,7 +581,7 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
     tile_prefetch: TilePrefetchFn<T, W>,
     mr: usize,
     kc: usize,
-    ablock: &[T],
+    ablock: *const T,
     pb: &PackedB<W>,
     p: usize,
     last: bool,
@@ -529,7 +616,7 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
             while i < i1 {
                 let rows = mr.min(i1 - i);
                 // The A panel of the tile holds mr values a step; this chunk starts s steps in.
-                let ap = ablock[(i / mr) * mr * kc + s * mr..].as_ptr();
+                let ap = ablock.wrapping_add((i / mr) * mr * kc + s * mr);
                 let (pf, lines) = run.slice((i - i0) / mr, tiles);
                 // SAFETY: the A panel holds kc*mr values and the chunk's len steps start s
                 // steps in; the packed panel holds kc steps of NR values, and so does its chunk

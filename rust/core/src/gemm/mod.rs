@@ -396,7 +396,10 @@ fn pack_by_slabs<T: GemmElement>(
                         m,
                         w,
                         pb.kb,
-                        apack,
+                        loops::APanels {
+                            packed: crate::threads::SendPtr(apack.as_ptr() as *mut T),
+                            source: None,
+                        },
                         &BSource::Packed(&pb),
                         cptr.get().add(j0),
                         ldc,
@@ -437,7 +440,12 @@ fn run<T: GemmElement + KernelsFor<W>, W: PanelValue>(
     let kernels = <T as KernelsFor<W>>::kernels_for(opts.kernel);
     let kb = b.kb();
     T::with_a_buffer(|apack| {
-        pack_a(a, &kernels, kb, n, apack);
+        // Packed in the loops (all at once, or a row block at a time by the work items).
+        pack::reserve_a(m, k, kernels.mr, apack);
+        let apanels = loops::APanels {
+            packed: crate::threads::SendPtr(apack.as_mut_ptr()),
+            source: Some(a),
+        };
         // SAFETY: C holds m rows of n values ldc apart (checked above), borrowed mutably here.
         unsafe {
             loops::run(
@@ -445,7 +453,7 @@ fn run<T: GemmElement + KernelsFor<W>, W: PanelValue>(
                 m,
                 n,
                 kb,
-                apack,
+                apanels,
                 b,
                 c.as_mut_ptr(),
                 ldc,

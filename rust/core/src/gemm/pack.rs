@@ -333,51 +333,91 @@ pub(crate) fn pack_a<T: Element, W>(
     n: usize,
     out: &mut Vec<T>,
 ) {
-    let (m, k, mr) = (a.rows, a.cols, kernels.mr);
-    let panels = m.div_ceil(mr);
-    let mpad = panels * mr;
+    let (m, k) = (a.rows, a.cols);
+    reserve_a(m, k, kernels.mr, out);
+    let parallel = m * k >= A_PARALLEL_MIN && super::loops::runs_on_every_thread(m, k, n);
+    // SAFETY: `out` holds M rounded up to MR, times K values.
+    unsafe { pack_a_into(a, kernels, kb, parallel, out.as_mut_ptr()) };
+}
+
+/// Grows `out` to the length of A packed by [`pack_a`] (M rounded up to `mr`, times K) when it
+/// is shorter; what it holds is left as it is.
+pub(crate) fn reserve_a<T: Element>(m: usize, k: usize, mr: usize, out: &mut Vec<T>) {
+    let mpad = m.div_ceil(mr) * mr;
     if out.len() < mpad * k {
         *out = crate::memory::zeroed(mpad * k);
     }
+}
+
+/// [`pack_a`] into `out`, the panels shared out to the threads when `parallel`.
+///
+/// # Safety
+/// `out` holds M rounded up to MR, times K writable values that nothing else uses meanwhile.
+pub(crate) unsafe fn pack_a_into<T: Element, W>(
+    a: MatRef<'_, T>,
+    kernels: &GemmKernels<T, W>,
+    kb: KBlocks,
+    parallel: bool,
+    out: *mut T,
+) {
+    let (m, k, mr) = (a.rows, a.cols, kernels.mr);
     if m == 0 || k == 0 {
         return;
     }
-    let ptr = threads::SendPtr(out.as_mut_ptr());
+    let ptr = threads::SendPtr(out);
     let fast = kernels.pack_a_panel;
     let pack_panel = move |ip: usize| {
-        let i0 = ip * mr;
-        let rows = mr.min(m - i0);
         for p in 0..kb.count {
-            let (k0, kc) = kb.block(p);
-            // SAFETY: panel (p, ip) occupies a disjoint range of `out`.
-            let dst = unsafe { ptr.get().add(mpad * k0 + ip * mr * kc) };
-            if a.cs == 1 {
-                // SAFETY: rows i0 .. i0 + rows have kc readable values from column k0.
-                let src = unsafe { a.ptr.offset(i0 as isize * a.rs + k0 as isize) };
-                let done = match fast {
-                    // SAFETY: the family's packer reads mr full rows and writes mr * kc values.
-                    Some(f) if rows == mr => unsafe { f(src, a.rs, kc, dst) },
-                    _ => 0,
-                };
-                for i in 0..rows {
-                    for kk in done..kc {
-                        unsafe {
-                            *dst.add(kk * mr + i) = *src.offset(i as isize * a.rs + kk as isize)
-                        };
-                    }
-                }
-            } else {
-                for kk in 0..kc {
-                    for i in 0..rows {
-                        unsafe { *dst.add(kk * mr + i) = a.at(i0 + i, k0 + kk) };
-                    }
-                }
-            }
+            // SAFETY: `out` holds the packed A; panel (p, ip) is this call's alone.
+            unsafe { pack_a_panel(a, fast, mr, kb, p, ip, ptr.get()) };
         }
     };
-    if m * k >= A_PARALLEL_MIN && super::loops::runs_on_every_thread(m, k, n) {
-        threads::parallel_for(panels, pack_panel);
+    if parallel {
+        threads::parallel_for(m.div_ceil(mr), pack_panel);
     } else {
-        (0..panels).for_each(pack_panel);
+        (0..m.div_ceil(mr)).for_each(pack_panel);
+    }
+}
+
+/// Panel `ip` (rows `ip * mr ..`, at most `mr`) of depth block `p` of A, in the layout of
+/// [`pack_a`] inside `out` (`mpad * k` values, `mpad` = M rounded up to `mr`).
+///
+/// # Safety
+/// `out` holds `mpad * k` writable values, and nothing else reads or writes panel (p, ip)
+/// during the call.
+pub(crate) unsafe fn pack_a_panel<T: Element>(
+    a: MatRef<'_, T>,
+    fast: Option<crate::kernels::PackPanelFn<T>>,
+    mr: usize,
+    kb: KBlocks,
+    p: usize,
+    ip: usize,
+    out: *mut T,
+) {
+    let m = a.rows;
+    let mpad = m.div_ceil(mr) * mr;
+    let i0 = ip * mr;
+    let rows = mr.min(m - i0);
+    let (k0, kc) = kb.block(p);
+    let dst = out.add(mpad * k0 + ip * mr * kc);
+    if a.cs == 1 {
+        // Rows i0 .. i0 + rows have kc readable values from column k0.
+        let src = a.ptr.offset(i0 as isize * a.rs + k0 as isize);
+        let done = match fast {
+            // The family's packer reads mr full rows and writes mr * kc values.
+            Some(f) if rows == mr => f(src, a.rs, kc, dst),
+            _ => 0,
+        };
+        for i in 0..rows {
+            for kk in done..kc {
+                *dst.add(kk * mr + i) = *src.offset(i as isize * a.rs + kk as isize);
+            }
+        }
+    } else {
+        for kk in 0..kc {
+            for i in 0..rows {
+                *dst.add(kk * mr + i) = a.at(i0 + i, k0 + kk);
+            }
+        }
     }
 }

@@ -375,6 +375,46 @@ fn packing_a_over_a_used_buffer_writes_every_value() {
 }
 
 #[test]
+fn a_packed_by_the_work_items_matches_reference() {
+    // M K >= A_LAZY_MIN and a row block for each of up to 3 threads: the work items pack A as
+    // they go, and the items of the other column chunks find, or wait for, the panels packed.
+    fn check<T: GemmElement>() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+        let (m, k, n) = (400, 700, 70);
+        assert!(m * k >= loops::A_LAZY_MIN && m.div_ceil(tuning::mc()) >= 3);
+        let a = random::<T>(&mut rng, m * k);
+        let b = random::<T>(&mut rng, k * n);
+        let want = reference_product(&a, &b, m, k, n);
+        let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
+        // The same A stored column by column, read with strides (1, m).
+        let mut at = vec![T::ZERO; m * k];
+        for i in 0..m {
+            for j in 0..k {
+                at[j * m + i] = a[i * k + j];
+            }
+        }
+        let views = [MatRef::from_slice(&a, m, k), unsafe {
+            MatRef::from_raw(at.as_ptr(), m, k, 1, m as isize)
+        }];
+        for (v, av) in views.into_iter().enumerate() {
+            check_every_kernel_on_1_and_3_threads(
+                m,
+                n,
+                &want,
+                |c, ldc, opts| {
+                    // The packed-A buffer full of NaN: a panel read before it is packed shows.
+                    T::with_a_buffer(|buf| buf.fill(T::from_f64(f64::NAN)));
+                    gemm(av, Rhs::Packed(&pb), c, ldc, opts).unwrap()
+                },
+                || format!("A view {v}"),
+            );
+        }
+    }
+    check::<f32>();
+    check::<f64>();
+}
+
+#[test]
 fn packing_b_into_a_used_buffer_matches_fresh_packing() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(21);
     for (k, n) in [(900usize, 45usize), (300, 64), (1, 1), (385, 33)] {
