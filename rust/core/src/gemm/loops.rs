@@ -38,7 +38,7 @@
 //! into L1, row blocks of 48, 96 or 384 rows, groups of 4 or 16 panels and float64 depth
 //! blocks of 384 or 512 steps, all within the noise.
 
-use super::pack::{pack_a_into, pack_a_panel, KBlocks, PackedB, PanelValue, A_PARALLEL_MIN};
+use super::pack::{pack_a_into, pack_a_panel, packs_on_every_thread, KBlocks, PackedB, PanelValue};
 use super::MatRef;
 use super::{tuning, BSource, Epilogue, Tile};
 use crate::kernels::{GemmKernels, TileCopyFn, TilePrefetchFn, WIDE_ROWS};
@@ -175,7 +175,7 @@ pub(super) unsafe fn run<T: Element, W: PanelValue>(
             let flags = (0..plan.mblocks * kb.count).map(|_| AtomicU8::new(0));
             lazy = Some((src, flags.collect()));
         } else {
-            let parallel = m * k >= A_PARALLEL_MIN && plan.nthreads > 1;
+            let parallel = packs_on_every_thread(m, k, n);
             pack_a_into(src, &kernels, kb, parallel, a.packed.get());
         }
     }

@@ -335,9 +335,15 @@ pub(crate) fn pack_a<T: Element, W>(
 ) {
     let (m, k) = (a.rows, a.cols);
     reserve_a(m, k, kernels.mr, out);
-    let parallel = m * k >= A_PARALLEL_MIN && super::loops::runs_on_every_thread(m, k, n);
+    let parallel = packs_on_every_thread(m, k, n);
     // SAFETY: `out` holds M rounded up to MR, times K values.
     unsafe { pack_a_into(a, kernels, kb, parallel, out.as_mut_ptr()) };
+}
+
+/// Whether all of A is packed on every thread for an (m x k) by (k x n) product: from
+/// [`A_PARALLEL_MIN`] values, for a product that runs on every thread.
+pub(crate) fn packs_on_every_thread(m: usize, k: usize, n: usize) -> bool {
+    m * k >= A_PARALLEL_MIN && super::loops::runs_on_every_thread(m, k, n)
 }
 
 /// Grows `out` to the length of A packed by [`pack_a`] (M rounded up to `mr`, times K) when it
