@@ -165,11 +165,11 @@ def test_many_rows_against_packed_weights(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_plain_b_read_in_place_with_any_row_stride(dtype):
-    # 9 to 64 rows read a plain b in place; the AVX2 kernels copy each panel in the first row
-    # tile and the other tiles read the copy. With b's rows 2 or 4 KiB apart (their steps share
-    # L1 sets) or an odd number of values apart: the same bits as the packed product and the
-    # reference, on every kernel and thread count, for b as the left part of a wider array and
-    # as a whole array.
+    # 9 to 64 rows read a plain b in place (up to 256 with the AVX2 kernels, which copy each
+    # panel in the first row tile of a row block, the other tiles reading the copy). With b's
+    # rows 2 or 4 KiB apart (their steps share L1 sets) or an odd number of values apart: the
+    # same bits as the packed product and the reference, on every kernel and thread count, for b
+    # as the left part of a wider array and as a whole array.
     rng = np.random.default_rng(23)
     k, n = 400, 250
     itemsize = np.dtype(dtype).itemsize
@@ -183,7 +183,7 @@ def test_plain_b_read_in_place_with_any_row_stride(dtype):
     try:
         for b in bs:
             pb = gptcore.PackedMatrix(np.ascontiguousarray(b))
-            for m in (9, 13, 40, 64):
+            for m in (9, 13, 40, 64, 200):
                 a = rng.standard_normal((m, k)).astype(dtype)
                 want = gptcore.matmul_reference(a, np.ascontiguousarray(b))
                 assert np.array_equal(gptcore.matmul(a, pb), want)
@@ -197,11 +197,12 @@ def test_plain_b_read_in_place_with_any_row_stride(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_b_packed_in_the_call_into_kept_memory(dtype):
-    # More than 64 rows pack a plain b for the call, into memory kept from an earlier call
-    # when there is some of the right size. A first product leaves NaN there; the next b has
-    # the same packed size but a partial last panel, whose padding must not carry them over.
+    # More than 256 rows pack a plain b for the call (more than 64 with a family that does
+    # not copy panels as it reads them), into memory kept from an earlier call when there is
+    # some of the right size. A first product leaves NaN there; the next b has the same packed
+    # size but a partial last panel, whose padding must not carry them over.
     rng = np.random.default_rng(7)
-    a = rng.standard_normal((100, 768)).astype(dtype)
+    a = rng.standard_normal((300, 768)).astype(dtype)
     gptcore.matmul(a, np.full((768, 512), np.nan, dtype))
     for n in (500, 512, 497):
         b = rng.standard_normal((768, n)).astype(dtype)

@@ -85,15 +85,6 @@ impl PackedMatrix {
     }
 }
 
-/// Products with at most this many rows read an unpacked `b` in place; more rows pack it
-/// first, into memory kept from earlier calls (packing reads and writes `b` once more, which
-/// more rows repay by reusing the packed panels from the cache). Measured here (768 x 2304,
-/// 2 threads, alternating in one process, against numpy): packing in the call gave 0.88 /
-/// 0.82x numpy (float32 / float64) at 32 rows and in place 1.27 / 0.89; at 64 rows 1.09 /
-/// 0.85 against 1.03 / 0.95; at 128 rows 0.94 / 0.96 against 0.98 / 0.78; at 256 rows 1.04 /
-/// 0.98 against 0.91 / 0.94.
-const IN_PLACE_MAX_ROWS: usize = 64;
-
 fn product<'py, T: gemm::GemmElement + numpy::Element>(
     py: Python<'py>,
     a: PyReadonlyArray2<'py, T>,
@@ -118,8 +109,8 @@ fn product<'py, T: gemm::GemmElement + numpy::Element>(
     PyArray1::from_vec(py, c).reshape([m, n])
 }
 
-/// `a @ b` with `b` a plain array: read in place when that pays (see [`IN_PLACE_MAX_ROWS`]),
-/// else packed for this call.
+/// `a @ b` with `b` a plain array: read in place when that pays (see [`Rhs::plain`]), else
+/// packed for this call.
 fn product_unpacked<'py, T: gemm::GemmElement + numpy::Element>(
     py: Python<'py>,
     a: PyReadonlyArray2<'py, T>,
@@ -128,10 +119,8 @@ fn product_unpacked<'py, T: gemm::GemmElement + numpy::Element>(
 ) -> PyResult<Bound<'py, PyArray2<T>>> {
     let bv = view2(&b);
     let bv = bv.mat();
-    if a.shape()[0] <= IN_PLACE_MAX_ROWS && bv.cs == 1 && bv.rs > 0 {
-        return product(py, a, Rhs::InPlace(bv), forced);
-    }
-    product(py, a, Rhs::PackHere(bv), forced)
+    let (m, kernel) = (a.shape()[0], forced.unwrap_or_else(gemm::current_kernel));
+    product(py, a, Rhs::plain(bv, m, kernel), forced)
 }
 
 /// Raise a Rust panic inside the native code (tests check that it becomes a Python error).

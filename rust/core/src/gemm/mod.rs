@@ -52,6 +52,45 @@ pub enum Rhs<'a, T: Element> {
     PackHere(MatRef<'a, T>),
 }
 
+/// Rows of A up to which a plain B is read in place ([`Rhs::InPlace`]) rather than packed in
+/// the call ([`Rhs::PackHere`]), by a family without a copying tile kernel: packing reads and
+/// writes all of B once more than the product does, which more rows repay by reading the packed
+/// panels from the cache. With the AVX-512 kernels on the 2-core AMD EPYC (Zen 4), in place
+/// against packed in the call from 96 to 256 rows (768 x 2304, 3072 x 768, 768 x 768, 768 x 3072;
+/// the two alternating call by call, medians of the paired ratios): 0.80-1.09 on one thread,
+/// 0.83-1.10 on two, mostly below 1.
+pub const IN_PLACE_MAX_ROWS: usize = 64;
+
+/// The same, for a family with a copying tile kernel (the first row tile of each row block
+/// copies the panels it reads, the others read the copy: the packing is done by a kernel that
+/// computes at the same time, while B comes from memory). With the AVX2 kernels on the 2-core
+/// AMD EPYC (Zen 4), in place against packed in the call (call by call, medians of the paired
+/// ratios), 96 to 256 rows of 768 x 2304, 3072 x 768, 768 x 768, 768 x 3072 and 768 x 50257:
+/// float32 0.99-1.15 on one thread and 1.03-1.15 on two, float64 0.92-1.11 and 0.99-1.23
+/// (below 1 only at 256 x 768 x 768 and 256 x 768 x 50257 on one thread, and 192 x 768 x 3072
+/// float64 on two); at 512 rows 1.02-1.06 on one thread but 0.94-1.20 on two, at 1024 rows
+/// 0.97-1.09.
+pub const IN_PLACE_MAX_ROWS_COPYING: usize = 256;
+
+impl<'a, T: GemmElement> Rhs<'a, T> {
+    /// A plain B for a product of `m` rows on `kernel`: read in place up to
+    /// [`IN_PLACE_MAX_ROWS`] rows ([`IN_PLACE_MAX_ROWS_COPYING`] with a family that has a
+    /// copying tile kernel) when its layout allows (unit column stride, positive row stride),
+    /// else packed in the call. Either way the product has the same bits.
+    pub fn plain(b: MatRef<'a, T>, m: usize, kernel: Kernel) -> Rhs<'a, T> {
+        let max_rows = if T::gemm_kernels(kernel).tile_copy.is_some() {
+            IN_PLACE_MAX_ROWS_COPYING
+        } else {
+            IN_PLACE_MAX_ROWS
+        };
+        if m <= max_rows && b.cs == 1 && b.rs > 0 {
+            Rhs::InPlace(b)
+        } else {
+            Rhs::PackHere(b)
+        }
+    }
+}
+
 impl<T: Element> Rhs<'_, T> {
     /// (rows, cols) of B.
     pub fn shape(&self) -> (usize, usize) {

@@ -1017,6 +1017,9 @@ fn in_place_b_copied_by_the_first_row_tile_matches_reference() {
                 (25, T::KC_MAX + 7, 9 * nr + 5),
                 (64, 40, 9 * nr + 5),
                 (13, T::KC_MAX + 7, 2 * nr),
+                // Two row blocks (each one's first tile copies), as far as a copying family
+                // reads a plain B in place.
+                (200, 40, 9 * nr + 5),
             ] {
                 let a = random::<T>(&mut rng, m * k);
                 let b = random::<T>(&mut rng, k * n);
@@ -1036,6 +1039,40 @@ fn in_place_b_copied_by_the_first_row_tile_matches_reference() {
                     || format!("ldb={ldb} m={m} k={k} n={n}"),
                 );
             }
+        }
+    }
+    check::<f32>();
+    check::<f64>();
+}
+
+/// A plain B is read in place up to the family's bound of rows ([`IN_PLACE_MAX_ROWS_COPYING`]
+/// with a copying tile kernel, else [`IN_PLACE_MAX_ROWS`]) when its rows are contiguous, and
+/// packed in the call past the bound or for any other layout.
+#[test]
+fn plain_b_read_in_place_up_to_the_family_bound() {
+    assert_avx2_has!(tile_copy);
+    assert!(IN_PLACE_MAX_ROWS < IN_PLACE_MAX_ROWS_COPYING);
+    fn check<T: GemmElement>() {
+        let b = vec![T::ZERO; 6 * 10];
+        let rows = MatRef::from_slice(&b, 6, 10);
+        let columns = unsafe { MatRef::from_raw(b.as_ptr(), 6, 10, 1, 6) };
+        for kernel in available() {
+            let bound = if T::gemm_kernels(kernel).tile_copy.is_some() {
+                IN_PLACE_MAX_ROWS_COPYING
+            } else {
+                IN_PLACE_MAX_ROWS
+            };
+            for m in [1, IN_PLACE_MAX_ROWS, bound] {
+                assert!(
+                    matches!(Rhs::plain(rows, m, kernel), Rhs::InPlace(_)),
+                    "{kernel:?} {m}"
+                );
+                assert!(matches!(Rhs::plain(columns, m, kernel), Rhs::PackHere(_)));
+            }
+            assert!(matches!(
+                Rhs::plain(rows, bound + 1, kernel),
+                Rhs::PackHere(_)
+            ));
         }
     }
     check::<f32>();
