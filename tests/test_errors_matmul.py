@@ -315,3 +315,21 @@ def test_fma_rate_of_every_kernel_and_its_bad_arguments():
     for k in missing:
         with pytest.raises(ValueError, match="not supported"):
             _native.fma_rate("float32", k, 0.01)
+
+
+def test_matmul_with_a_kernel_this_cpu_cannot_run_is_a_value_error():
+    # Forcing a kernel the CPU lacks is the caller's error: a ValueError naming it and the
+    # kernels that run here, before any work, for every form of b (not an internal error).
+    missing = [k for k in ("avx512", "avx2", "neon") if k not in gptcore.available_kernels()]
+    assert missing  # x86-64 has no NEON, ARM no AVX
+    rng = np.random.default_rng(5)
+    b = rng.standard_normal((16, 40)).astype(np.float32)
+    forms = [b, gptcore.PackedMatrix(b), gptcore.PackedMatrix(b, dtype="bfloat16")]
+    for k in missing:
+        for m in (1, 5, 100, 300):
+            a = rng.standard_normal((m, 16)).astype(np.float32)
+            for bb in forms + [b.astype(np.float64)]:
+                aa = a.astype(np.float64) if getattr(bb, "dtype", None) == np.float64 else a
+                with pytest.raises(ValueError, match="not supported on this CPU") as info:
+                    gptcore.matmul(aa, bb, kernel=k)
+                assert k in str(info.value) and gptcore.available_kernels()[0] in str(info.value)

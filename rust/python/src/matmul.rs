@@ -138,9 +138,10 @@ fn matmul<'py>(
     b: &Bound<'py, PyAny>,
     kernel: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    // A kernel this CPU cannot run is the caller's error, stated before any work.
     let forced = match kernel {
         None => None,
-        Some(name) => Some(parse_kernel(name)?),
+        Some(name) => Some(gemm::require_kernel(parse_kernel(name)?).map_err(to_py_err)?),
     };
     if let Ok(pm) = b.cast::<PackedMatrix>() {
         let pm = pm.get();

@@ -22,7 +22,9 @@ mod stream;
 pub mod tuning;
 mod view;
 
-pub use crate::kernels::{available, current as current_kernel, detect, set_kernel, Kernel};
+pub use crate::kernels::{
+    available, current as current_kernel, detect, require as require_kernel, set_kernel, Kernel,
+};
 pub use buffers::{GemmElement, B_SCRATCH_MAX_BYTES};
 pub use loops::{B_CHUNK_BYTES, MC, NC_PANELS, ROW_QUANTUM};
 pub use pack::{PackedB, PanelValue, PACKED_ALIGN};

@@ -94,22 +94,27 @@ pub fn current() -> Kernel {
     k
 }
 
+/// `k` when this CPU runs it, else `Error::Value` naming it and the kernels that run here.
+pub fn require(k: Kernel) -> crate::Result<Kernel> {
+    if k.supported() {
+        return Ok(k);
+    }
+    crate::value_error!(
+        "kernel {:?} is not supported on this CPU (available: {})",
+        k.name(),
+        available()
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
 /// Force a kernel (`None` returns to the detected best).
 pub fn set_kernel(k: Option<Kernel>) -> crate::Result<Kernel> {
     let k = match k {
         None => detect(),
-        Some(k) if k.supported() => k,
-        Some(k) => {
-            return crate::value_error!(
-                "kernel {:?} is not supported on this CPU (available: {})",
-                k.name(),
-                available()
-                    .iter()
-                    .map(|k| k.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        }
+        Some(k) => require(k)?,
     };
     ACTIVE.store(k.code(), Ordering::Relaxed);
     Ok(k)

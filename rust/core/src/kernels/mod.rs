@@ -32,7 +32,7 @@
 //! (Rust never contracts `a * b + c`), so it too gives the same bits in every family.
 
 mod dispatch;
-pub use dispatch::{available, current, detect, set_kernel, Kernel};
+pub use dispatch::{available, current, detect, require, set_kernel, Kernel};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
