@@ -98,17 +98,12 @@ unsafe fn attend<T: HasKernels + Transcendental>(
     scratch.m.resize(nq, T::neg_infinity());
     scratch.l.clear();
     scratch.l.resize(nq, T::ZERO);
-    for i in 0..nq {
-        for c in 0..dh {
-            *blk.out.add(i * blk.ldo + c) = T::ZERO;
-        }
-    }
     let scale = T::ONE / T::from_f64(dh as f64).sqrt();
     for kb in 0..=last / KB {
         let k0 = kb * KB;
         let nkeys = KB.min(last + 1 - k0);
         scores(kernels, kv, blk, vis, k0, nkeys, scratch);
-        softmax_update(blk, vis, k0, nkeys, scale, dh, scratch);
+        softmax_update(blk, vis, kb, nkeys, scale, dh, scratch);
         add_pv(kernels, kv, blk, vis, kb, nkeys, scratch);
     }
     for i in 0..nq {
@@ -158,32 +153,40 @@ unsafe fn scores<T: HasKernels + Transcendental>(
     }
 }
 
-/// The online-softmax update, row by row: the scores of the key block become `p = exp(S - m')`
-/// (0 where masked), the running sum becomes `l c + sum p` and the output row is scaled by
-/// `c = exp(m - m')`.
+/// The online-softmax update: the scores of the key block become `p = exp(S - m')` (0 where
+/// masked), the running sum becomes `l c + sum p` and the output row is scaled by
+/// `c = exp(m - m')`. Every row is scaled and takes its new maximum before any row's
+/// exponentials, so that the rows' short dependent chains (the maximum and the sum across
+/// lanes) overlap; each row's operations and their order are those of a row alone.
 #[inline(always)]
 unsafe fn softmax_update<T: HasKernels + Transcendental>(
     blk: &QueryBlock<T>,
     vis: Visible,
-    k0: usize,
+    kb: usize,
     nkeys: usize,
     scale: T,
     dh: usize,
     scratch: &mut Scratch<T>,
 ) {
-    for i in 0..blk.nq {
+    let k0 = kb * KB;
+    let mut m_new = [T::ZERO; KB];
+    for (i, m_new) in m_new.iter_mut().enumerate().take(blk.nq) {
         let valid = vis.keys(i, k0, nkeys);
-        let row = &mut scratch.s[i * KB..i * KB + nkeys];
+        *m_new = T::scale_max(&mut scratch.s[i * KB..i * KB + valid], scale, scratch.m[i]);
+    }
+    for (i, &mx) in m_new.iter().enumerate().take(blk.nq) {
+        let valid = vis.keys(i, k0, nkeys);
+        let sum = T::exp_sum(&mut scratch.s[i * KB..i * KB + nkeys], valid, mx);
         let m_old = scratch.m[i];
-        let (mx, sum) = T::softmax_step(row, valid, scale, m_old);
         if valid > 0 && mx != m_old {
-            let mut c = [m_old - mx];
-            T::exp_inplace(&mut c);
-            let c = c[0];
+            let c = T::exp_one(m_old - mx);
             scratch.l[i] = scratch.l[i] * c + sum;
-            let orow = std::slice::from_raw_parts_mut(blk.out.add(i * blk.ldo), dh);
-            for o in orow.iter_mut() {
-                *o = *o * c;
+            // The first key block writes the output rather than adding to it (see `add_pv`).
+            if kb > 0 {
+                let orow = std::slice::from_raw_parts_mut(blk.out.add(i * blk.ldo), dh);
+                for o in orow.iter_mut() {
+                    *o = *o * c;
+                }
             }
             scratch.m[i] = mx;
         } else {
@@ -234,8 +237,15 @@ unsafe fn add_pv<T: HasKernels + Transcendental>(
                     nr,
                     blk.out.add(i * blk.ldo + c0),
                     blk.ldo,
-                    true,
+                    kb > 0,
                 );
+            } else if kb == 0 {
+                // (Every row sees key 0, so this does not happen; the rows are still defined.)
+                for r in 0..rows {
+                    for c in 0..cols {
+                        *blk.out.add((i + r) * blk.ldo + c0 + c) = T::ZERO;
+                    }
+                }
             }
             for r in 1..rows {
                 for key in kc..vis.keys(i + r, k0, nkeys) {
@@ -273,5 +283,125 @@ impl<T> Default for Scratch<T> {
             m: Vec::new(),
             l: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::available;
+    use crate::Element;
+
+    /// Attention of one query row in float64, written out plainly: scores over the visible
+    /// keys, their softmax, and the weighted sum of the values.
+    fn plain(q: &[f64], keys: &[Vec<f64>], vals: &[Vec<f64>]) -> Vec<f64> {
+        let dh = q.len();
+        let s: Vec<f64> = keys
+            .iter()
+            .map(|k| q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>() / (dh as f64).sqrt())
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let l: f64 = p.iter().sum();
+        (0..dh)
+            .map(|c| p.iter().zip(vals).map(|(p, v)| p * v[c]).sum::<f64>() / l)
+            .collect()
+    }
+
+    /// Every query block of a sequence, as the decoder cuts them (inside one key block), and
+    /// each row again on its own (a decode step), with the output filled with NaN beforehand
+    /// and a sentinel beside each output row: against the plain float64 attention, the rows on
+    /// their own bit for bit against the blocks, and every kernel against the first.
+    #[test]
+    fn attention_matches_a_plain_softmax_and_writes_only_its_rows() {
+        fn check<T: HasKernels + Transcendental>(tol: f64) {
+            for (dh, len) in [(64usize, 1usize), (64, 97), (40, 250), (64, 2 * KB), (8, 5)] {
+                let ld = 3 * dh + 3; // q | k | v side by side, as in the qkv product
+                let val = |t: usize, j: usize| {
+                    let x = ((t * 131 + j * 71) % 97) as f64 / 97.0 - 0.5;
+                    T::from_f64(x * if j < dh { 3.0 } else { 1.0 })
+                };
+                let src: Vec<T> = (0..len * ld).map(|i| val(i / ld, i % ld)).collect();
+                let mut kv = HeadKv::<T>::new(dh);
+                kv.push_rows(&src, ld, (dh, 2 * dh), len);
+                let f = |t: usize, j: usize| src[t * ld + j].to_f64();
+                let keys: Vec<Vec<f64>> = (0..len)
+                    .map(|t| (0..dh).map(|c| f(t, dh + c)).collect())
+                    .collect();
+                let vals: Vec<Vec<f64>> = (0..len)
+                    .map(|t| (0..dh).map(|c| f(t, 2 * dh + c)).collect())
+                    .collect();
+                for causal in [true, false] {
+                    let mut first: Option<Vec<u64>> = None;
+                    for kernel in available() {
+                        let ldo = dh + 1;
+                        let run = |q0: usize, nq: usize, out: &mut Vec<T>, s: &mut Scratch<T>| {
+                            let blk = QueryBlock {
+                                q: src[q0 * ld..].as_ptr(),
+                                ldq: ld,
+                                q0,
+                                nq,
+                                out: out[q0 * ldo..].as_mut_ptr(),
+                                ldo,
+                            };
+                            // SAFETY: rows q0 .. q0 + nq of `src` and `out` exist.
+                            unsafe { attend_block(kernel, &kv, &blk, causal, s) };
+                        };
+                        let fresh = || {
+                            let mut o = vec![T::from_f64(f64::NAN); len * ldo];
+                            for t in 0..len {
+                                o[t * ldo + dh] = T::from_f64(7.0);
+                            }
+                            o
+                        };
+                        let (mut blocks, mut rows, mut s) = (fresh(), fresh(), Scratch::default());
+                        let mut q0 = 0;
+                        while q0 < len {
+                            let nq = ((q0 / KB + 1) * KB).min(len) - q0;
+                            run(q0, nq, &mut blocks, &mut s);
+                            q0 += nq;
+                        }
+                        for t in 0..len {
+                            run(t, 1, &mut rows, &mut s);
+                        }
+                        let what = |t: usize| {
+                            format!(
+                                "{} {kernel:?} dh={dh} len={len} causal={causal} row {t}",
+                                T::NAME
+                            )
+                        };
+                        for t in 0..len {
+                            let seen = if causal { t + 1 } else { len };
+                            let q: Vec<f64> = (0..dh).map(|c| f(t, c)).collect();
+                            let want = plain(&q, &keys[..seen], &vals[..seen]);
+                            for c in 0..dh {
+                                let got = blocks[t * ldo + c].to_f64();
+                                assert!(
+                                    (got - want[c]).abs() <= tol,
+                                    "{}: {got} vs {}",
+                                    what(t),
+                                    want[c]
+                                );
+                                let alone = rows[t * ldo + c].to_f64();
+                                assert_eq!(alone.to_bits(), got.to_bits(), "{}: alone", what(t));
+                            }
+                            assert_eq!(blocks[t * ldo + dh].to_f64(), 7.0, "{}: sentinel", what(t));
+                            assert_eq!(rows[t * ldo + dh].to_f64(), 7.0, "{}: sentinel", what(t));
+                        }
+                        let bits: Vec<u64> = blocks.iter().map(|v| v.to_f64().to_bits()).collect();
+                        match &first {
+                            None => first = Some(bits),
+                            Some(b) => assert!(
+                                b == &bits,
+                                "{kernel:?} differs from the first kernel ({})",
+                                T::NAME
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+        check::<f32>(2e-6);
+        check::<f64>(1e-13);
     }
 }

@@ -26,10 +26,20 @@ pub trait Transcendental: Element {
             Self::gelu_inplace(std::slice::from_raw_parts_mut(ptr.add(r * ld), cols));
         }
     }
-    /// One online-softmax step on a row of raw scores: scales `row[..valid]` by `scale`,
-    /// takes `m = max(m_old, max row)`, replaces `row[..valid]` by `exp(row - m)` and
-    /// `row[valid..]` by 0, and returns `(m, sum of row)`.
-    fn softmax_step(row: &mut [Self], valid: usize, scale: Self, m_old: Self) -> (Self, Self);
+    /// The first half of an online-softmax step on a row of raw scores: scales every value
+    /// of `row` by `scale` and returns `max(m_old, max row)`.
+    ///
+    /// Inlined into its caller, without a dispatch of its own, as is
+    /// [`Transcendental::exp_sum`]: attention calls them row after row from code already
+    /// compiled for the kernel family ([`crate::kernels::Kernel::vectorized`]), the first for
+    /// every row of a block before the second for any, so that the rows' chains overlap.
+    fn scale_max(row: &mut [Self], scale: Self, m_old: Self) -> Self;
+    /// The second half: replaces `row[..valid]` by `exp(row - m)` and `row[valid..]` by 0, and
+    /// returns the sum of the row.
+    fn exp_sum(row: &mut [Self], valid: usize, m: Self) -> Self;
+    /// `exp(x)` of one value, inlined into its caller (the same bits as
+    /// [`Transcendental::exp_inplace`]).
+    fn exp_one(x: Self) -> Self;
     /// Sum and sum of squared deviations for LayerNorm: `(sum x, sum (x - mean)^2)` where
     /// mean = first / n (the order of each sum is fixed by the type's implementation).
     fn moments(x: &[Self]) -> (Self, Self);
@@ -37,14 +47,19 @@ pub trait Transcendental: Element {
 
 impl Transcendental for f64 {
     /// float64 keeps the lesson's plain left-to-right sums.
-    fn softmax_step(row: &mut [f64], valid: usize, scale: f64, m_old: f64) -> (f64, f64) {
+    #[inline(always)]
+    fn scale_max(row: &mut [f64], scale: f64, m_old: f64) -> f64 {
         let mut mx = m_old;
-        for v in row[..valid].iter_mut() {
+        for v in row.iter_mut() {
             *v *= scale;
             mx = mx.max(*v);
         }
+        mx
+    }
+    #[inline(always)]
+    fn exp_sum(row: &mut [f64], valid: usize, m: f64) -> f64 {
         for v in row[..valid].iter_mut() {
-            *v = (*v - mx).exp();
+            *v = (*v - m).exp();
         }
         for v in row[valid..].iter_mut() {
             *v = 0.0;
@@ -53,7 +68,7 @@ impl Transcendental for f64 {
         for &v in row[..valid].iter() {
             sum += v;
         }
-        (mx, sum)
+        sum
     }
     fn moments(x: &[f64]) -> (f64, f64) {
         let mut sum = 0.0;
@@ -72,6 +87,10 @@ impl Transcendental for f64 {
         for v in x {
             *v = v.exp();
         }
+    }
+    #[inline(always)]
+    fn exp_one(x: f64) -> f64 {
+        x.exp()
     }
     fn gelu_inplace(x: &mut [f64]) {
         let c = (2.0f64 / std::f64::consts::PI).sqrt();
@@ -168,6 +187,12 @@ fn lane_sum(x: &[f32]) -> f32 {
     for (l, &v) in chunks.remainder().iter().enumerate() {
         acc[l] += v;
     }
+    lane_total(acc)
+}
+
+/// The lanes of a [`lane_sum`] combined, lane 0 first.
+#[inline(always)]
+fn lane_total(acc: [f32; LANES]) -> f32 {
     let mut s = 0.0;
     for a in acc {
         s += a;
@@ -176,34 +201,47 @@ fn lane_sum(x: &[f32]) -> f32 {
 }
 
 #[inline(always)]
-fn softmax_step_generic(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
+fn scale_max_generic(row: &mut [f32], scale: f32, m_old: f32) -> f32 {
     let mut mx = [m_old; LANES];
-    {
-        let head = &mut row[..valid];
-        let mut chunks = head.chunks_exact_mut(LANES);
-        for c in &mut chunks {
-            for l in 0..LANES {
-                let v = c[l] * scale;
-                c[l] = v;
-                mx[l] = if v > mx[l] { v } else { mx[l] };
-            }
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            let v = c[l] * scale;
+            c[l] = v;
+            mx[l] = if v > mx[l] { v } else { mx[l] };
         }
-        for (l, v) in chunks.into_remainder().iter_mut().enumerate() {
-            *v *= scale;
-            mx[l] = if *v > mx[l] { *v } else { mx[l] };
-        }
+    }
+    for (l, v) in chunks.into_remainder().iter_mut().enumerate() {
+        *v *= scale;
+        mx[l] = if *v > mx[l] { *v } else { mx[l] };
     }
     let mut m = mx[0];
     for &v in &mx[1..] {
         m = if v > m { v } else { m };
     }
-    for v in row[..valid].iter_mut() {
-        *v = exp_f32(*v - m);
+    m
+}
+
+/// exp and the sum in one pass, the sum in [`lane_sum`]'s lanes and order.
+#[inline(always)]
+fn exp_sum_generic(row: &mut [f32], valid: usize, m: f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let (head, tail) = row.split_at_mut(valid);
+    let mut chunks = head.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            let e = exp_f32(c[l] - m);
+            c[l] = e;
+            acc[l] += e;
+        }
     }
-    for v in row[valid..].iter_mut() {
-        *v = 0.0;
+    for (l, v) in chunks.into_remainder().iter_mut().enumerate() {
+        let e = exp_f32(*v - m);
+        *v = e;
+        acc[l] += e;
     }
-    (m, lane_sum(&row[..valid]))
+    tail.fill(0.0);
+    lane_total(acc)
 }
 
 #[inline(always)]
@@ -239,11 +277,17 @@ fn vectorized<R>(f: impl FnOnce() -> R) -> R {
 
 /// float32 sums run in 16 lanes (a fixed order, so still deterministic and row-local).
 impl Transcendental for f32 {
-    fn softmax_step(row: &mut [f32], valid: usize, scale: f32, m_old: f32) -> (f32, f32) {
-        vectorized(
-            #[inline(always)]
-            || softmax_step_generic(row, valid, scale, m_old),
-        )
+    #[inline(always)]
+    fn scale_max(row: &mut [f32], scale: f32, m_old: f32) -> f32 {
+        scale_max_generic(row, scale, m_old)
+    }
+    #[inline(always)]
+    fn exp_sum(row: &mut [f32], valid: usize, m: f32) -> f32 {
+        exp_sum_generic(row, valid, m)
+    }
+    #[inline(always)]
+    fn exp_one(x: f32) -> f32 {
+        exp_f32(x)
     }
     fn moments(x: &[f32]) -> (f32, f32) {
         vectorized(
