@@ -85,11 +85,12 @@ impl PackedMatrix {
     }
 }
 
+/// `a @ b` on `kernel` (the forced one, or the current one).
 fn product<'py, T: gemm::GemmElement + numpy::Element>(
     py: Python<'py>,
     a: PyReadonlyArray2<'py, T>,
     b: Rhs<'_, T>,
-    forced: Option<Kernel>,
+    kernel: Kernel,
 ) -> PyResult<Bound<'py, PyArray2<T>>> {
     let (m, k) = (a.shape()[0], a.shape()[1]);
     let (bk, n) = b.shape();
@@ -104,7 +105,7 @@ fn product<'py, T: gemm::GemmElement + numpy::Element>(
         .checked_mul(n)
         .ok_or_else(|| pyo3::exceptions::PyMemoryError::new_err("matmul: output size overflows"))?;
     let mut c = gptcore_core::memory::try_zeroed::<T>(len, "matmul output").map_err(to_py_err)?;
-    let opts = Options::with_kernel(forced.unwrap_or_else(gemm::current_kernel));
+    let opts = Options::with_kernel(kernel);
     detach(py, || gemm::gemm(av, b, &mut c, n, &opts))?.map_err(to_py_err)?;
     PyArray1::from_vec(py, c).reshape([m, n])
 }
@@ -115,12 +116,12 @@ fn product_unpacked<'py, T: gemm::GemmElement + numpy::Element>(
     py: Python<'py>,
     a: PyReadonlyArray2<'py, T>,
     b: PyReadonlyArray2<'py, T>,
-    forced: Option<Kernel>,
+    kernel: Kernel,
 ) -> PyResult<Bound<'py, PyArray2<T>>> {
     let bv = view2(&b);
     let bv = bv.mat();
-    let (m, kernel) = (a.shape()[0], forced.unwrap_or_else(gemm::current_kernel));
-    product(py, a, Rhs::plain(bv, m, kernel), forced)
+    let m = a.shape()[0];
+    product(py, a, Rhs::plain(bv, m, kernel), kernel)
 }
 
 /// Raise a Rust panic inside the native code (tests check that it becomes a Python error).
@@ -139,9 +140,9 @@ fn matmul<'py>(
     kernel: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     // A kernel this CPU cannot run is the caller's error, stated before any work.
-    let forced = match kernel {
-        None => None,
-        Some(name) => Some(gemm::require_kernel(parse_kernel(name)?).map_err(to_py_err)?),
+    let kernel = match kernel {
+        None => gemm::current_kernel(),
+        Some(name) => gemm::require_kernel(parse_kernel(name)?).map_err(to_py_err)?,
     };
     if let Ok(pm) = b.cast::<PackedMatrix>() {
         let pm = pm.get();
@@ -152,7 +153,7 @@ fn matmul<'py>(
                         "matmul: a must be a 2-D float32 array to match the float32 PackedMatrix",
                     )
                 })?;
-                Ok(product(py, a, Rhs::Packed(p), forced)?.into_any())
+                Ok(product(py, a, Rhs::Packed(p), kernel)?.into_any())
             }
             Packed::F64(p) => {
                 let a = a.extract::<PyReadonlyArray2<f64>>().map_err(|_| {
@@ -160,22 +161,22 @@ fn matmul<'py>(
                         "matmul: a must be a 2-D float64 array to match the float64 PackedMatrix",
                     )
                 })?;
-                Ok(product(py, a, Rhs::Packed(p), forced)?.into_any())
+                Ok(product(py, a, Rhs::Packed(p), kernel)?.into_any())
             }
-            Packed::Half(p) => p.product(py, a, forced.unwrap_or_else(gemm::current_kernel)),
+            Packed::Half(p) => p.product(py, a, kernel),
         };
     }
     if let (Ok(a), Ok(b)) = (
         a.extract::<PyReadonlyArray2<f32>>(),
         b.extract::<PyReadonlyArray2<f32>>(),
     ) {
-        return Ok(product_unpacked(py, a, b, forced)?.into_any());
+        return Ok(product_unpacked(py, a, b, kernel)?.into_any());
     }
     if let (Ok(a), Ok(b)) = (
         a.extract::<PyReadonlyArray2<f64>>(),
         b.extract::<PyReadonlyArray2<f64>>(),
     ) {
-        return Ok(product_unpacked(py, a, b, forced)?.into_any());
+        return Ok(product_unpacked(py, a, b, kernel)?.into_any());
     }
     Err(PyTypeError::new_err(
         "matmul: a and b must be 2-D numpy arrays of one dtype, float32 or float64",

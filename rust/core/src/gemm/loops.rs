@@ -166,13 +166,13 @@ pub(super) unsafe fn run<T: Element, W: PanelValue>(
 ) {
     let plan = Plan::new::<W>(m, n, kb, kernels.wide.is_some());
     // A still to be packed: by the work items as they go, a (row block, depth block) at a
-    // time, for a large A with a row block for every thread (the flags: 0 not yet, 1 being
-    // packed, 2 packed), else all of it now.
+    // time, for a large A with a row block for every thread (a flag for each: `NOT_PACKED`,
+    // `PACKING`, `PACKED`), else all of it now.
     let mut lazy: Option<(MatRef<'_, T>, Vec<AtomicU8>)> = None;
     if let Some(src) = a.source {
         let k = kb.k;
         if m * k >= A_LAZY_MIN && plan.mblocks >= plan.nthreads {
-            let flags = (0..plan.mblocks * kb.count).map(|_| AtomicU8::new(0));
+            let flags = (0..plan.mblocks * kb.count).map(|_| AtomicU8::new(NOT_PACKED));
             lazy = Some((src, flags.collect()));
         } else {
             let parallel = packs_on_every_thread(m, k, n);
@@ -255,6 +255,11 @@ pub(super) struct APanels<'a, T> {
     pub source: Option<MatRef<'a, T>>,
 }
 
+/// The states of a lazily packed (row block, depth block) of A.
+const NOT_PACKED: u8 = 0;
+const PACKING: u8 = 1;
+const PACKED: u8 = 2;
+
 /// Packs the panels of rows `i0..i1` of depth block `p` of `src` into `packed`, unless another
 /// work item has (then waits until they are there).
 ///
@@ -270,22 +275,22 @@ unsafe fn ensure_packed<T: Element, W>(
     (i0, i1): (usize, usize),
     p: usize,
 ) {
-    if flag.load(Ordering::Acquire) == 2 {
+    if flag.load(Ordering::Acquire) == PACKED {
         return;
     }
     if flag
-        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
+        .compare_exchange(NOT_PACKED, PACKING, Ordering::Acquire, Ordering::Acquire)
         .is_ok()
     {
         let mr = kernels.mr;
         for ip in i0 / mr..i1.div_ceil(mr) {
             pack_a_panel(src, kernels.pack_a_panel, mr, kb, p, ip, packed.get());
         }
-        flag.store(2, Ordering::Release);
+        flag.store(PACKED, Ordering::Release);
     } else {
         // Another item is packing these panels (tens of microseconds of work).
         let mut spins = 0u32;
-        while flag.load(Ordering::Acquire) != 2 {
+        while flag.load(Ordering::Acquire) != PACKED {
             spins = spins.wrapping_add(1);
             if spins % 1024 == 0 {
                 std::thread::yield_now();
