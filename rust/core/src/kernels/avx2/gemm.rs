@@ -134,13 +134,30 @@ macro_rules! avx2_impl {
                 // past the end are harmless (no fault).
                 let dist = if ldb == NR { PF_B_PACKED } else { PF_B };
                 let mut pacer = Pacer::new(pf, every);
-                for _ in 0..kc {
+                // One depth step. `two_lines`: the strip's values may span two cache lines, and
+                // both are fetched ahead: B read in place (rows at any address), or a strip of
+                // more than 64 bytes. A packed panel's lines are aligned, so a strip of at most
+                // two vectors reads one line a step.
+                //
+                // A step of the 6 x 16 strip is 12 FMAs and 8 loads (2 of B, 6 broadcasts of
+                // A); with its prefetch and loop control, about 24 instructions for 6 cycles of
+                // FMAs, 4 a cycle, near what the core's front end issues. The AVX-512 tile needs
+                // under 2 a cycle for the same FMA rate. On the 2-core AMD EPYC (Zen 4, a VM),
+                // whose AVX2 rate varied from minute to minute (75-107 GFLOP/s in cache, where the
+                // AVX-512 tile's stayed at 100-110), two steps an iteration and one prefetch a
+                // step (there were two) gave, against the build before (call by call, packed B):
+                // 256 x 768 x 3072, 256 x 3072 x 768 float32 1.00-1.08 x on one thread and
+                // 1.02-1.07 x on two, 1024 x 768 x 2304 1.00-1.05 x, float64 1.04-1.12 x; 4 to
+                // 24 rows 0.97-1.06 x (noise); the larger gains in the busier minutes.
+                let mut step = |two_lines: bool| {
                     if PF {
                         pacer.step();
                     }
                     let ahead = bp.wrapping_add(dist * ldb);
                     _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(V * L - 1) as *const i8);
+                    if two_lines {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(V * L - 1) as *const i8);
+                    }
                     let mut bv = [$zero(); V];
                     for v in 0..V {
                         bv[v] = $loadu(bp.add(v * L));
@@ -159,6 +176,23 @@ macro_rules! avx2_impl {
                     }
                     ap = ap.add(MRS);
                     bp = bp.add(ldb);
+                };
+                if ldb == NR && V <= 2 {
+                    // Two steps an iteration: fewer instructions of loop control a step. (Not
+                    // for a whole-panel strip of 1-3 rows, whose accumulators, B vectors and
+                    // broadcast already fill the 16 registers: two steps would spill.)
+                    for _ in 0..kc / 2 {
+                        step(false);
+                        step(false);
+                    }
+                    if kc % 2 == 1 {
+                        step(false);
+                    }
+                } else {
+                    let two_lines = ldb != NR || V * L * std::mem::size_of::<$T>() > 64;
+                    for _ in 0..kc {
+                        step(two_lines);
+                    }
                 }
                 for i in 0..M {
                     for v in 0..V {

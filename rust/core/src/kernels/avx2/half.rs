@@ -82,7 +82,7 @@ macro_rules! avx2_half {
             let mut bp = b;
             let dist = if M < 4 { PF_FEW } else { PF_MANY };
             let mut pacer = Pacer::new(pf, every);
-            for _ in 0..kc {
+            let mut step = || {
                 if PF {
                     pacer.step();
                 }
@@ -100,6 +100,20 @@ macro_rules! avx2_half {
                 }
                 ap = ap.add(MR);
                 bp = bp.add(ldb);
+            };
+            if V <= 2 {
+                // Two steps an iteration (see the float32 tile).
+                for _ in 0..kc / 2 {
+                    step();
+                    step();
+                }
+                if kc % 2 == 1 {
+                    step();
+                }
+            } else {
+                for _ in 0..kc {
+                    step();
+                }
             }
             for i in 0..M {
                 for v in 0..V {
