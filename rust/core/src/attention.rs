@@ -169,12 +169,14 @@ unsafe fn softmax_update<T: HasKernels + Transcendental>(
     scratch: &mut Scratch<T>,
 ) {
     let k0 = kb * KB;
-    let mut m_new = [T::ZERO; KB];
-    for (i, m_new) in m_new.iter_mut().enumerate().take(blk.nq) {
+    let mut m_new = std::mem::take(&mut scratch.m_new);
+    m_new.clear();
+    for i in 0..blk.nq {
         let valid = vis.keys(i, k0, nkeys);
-        *m_new = T::scale_max(&mut scratch.s[i * KB..i * KB + valid], scale, scratch.m[i]);
+        let row = &mut scratch.s[i * KB..i * KB + valid];
+        m_new.push(T::scale_max(row, scale, scratch.m[i]));
     }
-    for (i, &mx) in m_new.iter().enumerate().take(blk.nq) {
+    for (i, &mx) in m_new.iter().enumerate() {
         let valid = vis.keys(i, k0, nkeys);
         let sum = T::exp_sum(&mut scratch.s[i * KB..i * KB + nkeys], valid, mx);
         let m_old = scratch.m[i];
@@ -193,6 +195,7 @@ unsafe fn softmax_update<T: HasKernels + Transcendental>(
             scratch.l[i] = scratch.l[i] + sum;
         }
     }
+    scratch.m_new = m_new;
 }
 
 /// `O += P V` for key block `kb`. Each row's chain runs over exactly its own visible keys: a
@@ -271,6 +274,8 @@ pub struct Scratch<T> {
     ppack: Vec<T>,
     s: Vec<T>,
     m: Vec<T>,
+    /// The rows' new maxima during a softmax update.
+    m_new: Vec<T>,
     l: Vec<T>,
 }
 
@@ -281,6 +286,7 @@ impl<T> Default for Scratch<T> {
             ppack: Vec::new(),
             s: Vec::new(),
             m: Vec::new(),
+            m_new: Vec::new(),
             l: Vec::new(),
         }
     }
@@ -290,7 +296,6 @@ impl<T> Default for Scratch<T> {
 mod tests {
     use super::*;
     use crate::kernels::available;
-    use crate::Element;
 
     /// Attention of one query row in float64, written out plainly: scores over the visible
     /// keys, their softmax, and the weighted sum of the values.
@@ -308,10 +313,11 @@ mod tests {
             .collect()
     }
 
-    /// Every query block of a sequence, as the decoder cuts them (inside one key block), and
-    /// each row again on its own (a decode step), with the output filled with NaN beforehand
-    /// and a sentinel beside each output row: against the plain float64 attention, the rows on
-    /// their own bit for bit against the blocks, and every kernel against the first.
+    /// Every query block of a sequence, as the decoder cuts them (inside one key block), each
+    /// row again on its own (a decode step) and all rows as one block, with the output filled
+    /// with NaN beforehand and a sentinel beside each output row: against the plain float64
+    /// attention, the rows alone and the single block bit for bit against the blocks, and every
+    /// kernel against the first.
     #[test]
     fn attention_matches_a_plain_softmax_and_writes_only_its_rows() {
         fn check<T: HasKernels + Transcendental>(tol: f64) {
@@ -364,6 +370,9 @@ mod tests {
                         for t in 0..len {
                             run(t, 1, &mut rows, &mut s);
                         }
+                        // And all rows as one block, across key blocks.
+                        let mut whole = fresh();
+                        run(0, len, &mut whole, &mut s);
                         let what = |t: usize| {
                             format!(
                                 "{} {kernel:?} dh={dh} len={len} causal={causal} row {t}",
@@ -384,9 +393,12 @@ mod tests {
                                 );
                                 let alone = rows[t * ldo + c].to_f64();
                                 assert_eq!(alone.to_bits(), got.to_bits(), "{}: alone", what(t));
+                                let one = whole[t * ldo + c].to_f64();
+                                assert_eq!(one.to_bits(), got.to_bits(), "{}: one block", what(t));
                             }
                             assert_eq!(blocks[t * ldo + dh].to_f64(), 7.0, "{}: sentinel", what(t));
                             assert_eq!(rows[t * ldo + dh].to_f64(), 7.0, "{}: sentinel", what(t));
+                            assert_eq!(whole[t * ldo + dh].to_f64(), 7.0, "{}: sentinel", what(t));
                         }
                         let bits: Vec<u64> = blocks.iter().map(|v| v.to_f64().to_bits()).collect();
                         match &first {

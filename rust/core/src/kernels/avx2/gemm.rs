@@ -140,15 +140,16 @@ macro_rules! avx2_impl {
                 // two vectors reads one line a step.
                 //
                 // A step of the 6 x 16 strip is 12 FMAs and 8 loads (2 of B, 6 broadcasts of
-                // A); with its prefetch and loop control, about 24 instructions for 6 cycles of
-                // FMAs, 4 a cycle, near what the core's front end issues. The AVX-512 tile needs
+                // A); with its two prefetches and loop control the compiled loop was about 26
+                // instructions for 6 cycles of FMAs, over 4 a cycle, near what the core's front
+                // end issues. The AVX-512 tile needs
                 // under 2 a cycle for the same FMA rate. On the 2-core AMD EPYC (Zen 4, a VM),
                 // whose AVX2 rate varied from minute to minute (75-107 GFLOP/s in cache, where the
                 // AVX-512 tile's stayed at 100-110), two steps an iteration and one prefetch a
                 // step (there were two) gave, against the build before (call by call, packed B):
                 // 256 x 768 x 3072, 256 x 3072 x 768 float32 1.00-1.08 x on one thread and
                 // 1.02-1.07 x on two, 1024 x 768 x 2304 1.00-1.05 x, float64 1.04-1.12 x; 4 to
-                // 24 rows 0.97-1.06 x (noise); the larger gains in the busier minutes.
+                // 24 rows 0.93-1.06 x (noise); the larger gains in the busier minutes.
                 let mut step = |two_lines: bool| {
                     if PF {
                         pacer.step();
