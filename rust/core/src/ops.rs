@@ -260,11 +260,7 @@ fn moments_generic(x: &[f32]) -> (f32, f32) {
         let d = v - mean;
         acc[l] += d * d;
     }
-    let mut sq = 0.0;
-    for a in acc {
-        sq += a;
-    }
-    (sum, sq)
+    (sum, lane_total(acc))
 }
 
 /// Runs `f` compiled for the active kernel family's vector instructions (the operations and
