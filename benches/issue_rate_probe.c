@@ -41,6 +41,10 @@ static float A[6 * STEPS + 64] __attribute__((aligned(64)));
 static float B[16 * STEPS + 1024] __attribute__((aligned(64)));
 
 #define REP12(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
+/* Every loop overwrites vector registers 0-15 and leaves the upper halves clean (vzeroupper). */
+#define VECTORS                                                                               \
+    "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",  \
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
 
 /* Each function runs `units` units of 12 ymm FMAs (192 flops). */
 
@@ -48,24 +52,24 @@ static void fma_regs(long units) {
 #define FMA_REG(i) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #i "\n\t"
     __asm__ volatile("vxorps %%ymm14, %%ymm14, %%ymm14\n\t"
                      "vxorps %%ymm15, %%ymm15, %%ymm15\n\t"
-                     "1:\n\t" REP12(FMA_REG) "dec %0\n\tjnz 1b\n\t"
-                     : "+r"(units)::"memory", "cc");
+                     "1:\n\t" REP12(FMA_REG) "dec %0\n\tjnz 1b\n\tvzeroupper\n\t"
+                     : "+r"(units)::"memory", "cc", VECTORS);
 }
 
 static void fma_int(long units) {
 #define FMA_INT(i) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #i "\n\tmov $" #i ", %%r8d\n\t"
     __asm__ volatile("vxorps %%ymm14, %%ymm14, %%ymm14\n\t"
                      "vxorps %%ymm15, %%ymm15, %%ymm15\n\t"
-                     "1:\n\t" REP12(FMA_INT) "dec %0\n\tjnz 1b\n\t"
-                     : "+r"(units)::"memory", "cc", "r8");
+                     "1:\n\t" REP12(FMA_INT) "dec %0\n\tjnz 1b\n\tvzeroupper\n\t"
+                     : "+r"(units)::"memory", "cc", "r8", VECTORS);
 }
 
 static void fma_mem(long units) {
 #define FMA_MEM(i) "vfmadd231ps " #i "*32(%1), %%ymm15, %%ymm" #i "\n\t"
     const float *b = B;
     __asm__ volatile("vxorps %%ymm15, %%ymm15, %%ymm15\n\t"
-                     "1:\n\t" REP12(FMA_MEM) "dec %0\n\tjnz 1b\n\t"
-                     : "+r"(units), "+r"(b)::"memory", "cc");
+                     "1:\n\t" REP12(FMA_MEM) "dec %0\n\tjnz 1b\n\tvzeroupper\n\t"
+                     : "+r"(units), "+r"(b)::"memory", "cc", VECTORS);
 }
 
 /* One depth step of the 6 x 16 tile: rows 0..5 accumulate in ymm{2r, 2r+1}. */
@@ -91,8 +95,8 @@ static void avx2(long units) {
         const float *a = A, *b = B;
         __asm__ volatile("1:\n\t"
                          "prefetcht0 3072(%2)\n\t" STEP_AVX2(0, 0)
-                         "add $24, %1\n\tadd $64, %2\n\tdec %0\n\tjnz 1b\n\t"
-                         : "+r"(n), "+r"(a), "+r"(b)::"memory", "cc");
+                         "add $24, %1\n\tadd $64, %2\n\tdec %0\n\tjnz 1b\n\tvzeroupper\n\t"
+                         : "+r"(n), "+r"(a), "+r"(b)::"memory", "cc", VECTORS);
     }
 }
 
@@ -102,8 +106,8 @@ static void avx2x4(long units) {
         const float *a = A, *b = B;
         __asm__ volatile("1:\n\t" STEP_AVX2(0, 0) STEP_AVX2(24, 64) STEP_AVX2(48, 128)
                              STEP_AVX2(72, 192)
-                         "add $96, %1\n\tadd $256, %2\n\tdec %0\n\tjnz 1b\n\t"
-                         : "+r"(n), "+r"(a), "+r"(b)::"memory", "cc");
+                         "add $96, %1\n\tadd $256, %2\n\tdec %0\n\tjnz 1b\n\tvzeroupper\n\t"
+                         : "+r"(n), "+r"(a), "+r"(b)::"memory", "cc", VECTORS);
     }
 }
 
@@ -114,8 +118,8 @@ __attribute__((target("avx512f"))) static void avx512(long units) {
         long n = STEPS / 2;
         const float *a = A, *b = B;
         __asm__ volatile("1:\n\tvmovaps (%2), %%zmm12\n\t" REP12(FMA_BCAST)
-                         "add $48, %1\n\tadd $64, %2\n\tdec %0\n\tjnz 1b\n\t"
-                         : "+r"(n), "+r"(a), "+r"(b)::"memory", "cc");
+                         "add $48, %1\n\tadd $64, %2\n\tdec %0\n\tjnz 1b\n\tvzeroupper\n\t"
+                         : "+r"(n), "+r"(a), "+r"(b)::"memory", "cc", VECTORS);
     }
 }
 
