@@ -95,6 +95,27 @@ def test_packed_matrix_reuse_matches_plain():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_packed_for_one_kernel_read_by_every_kernel(dtype):
+    # A PackedMatrix is laid out for the kernel in use when it is packed (AVX2: half panels);
+    # every kernel reads every layout, with the reference's bits.
+    rng = np.random.default_rng(5)
+    b = rng.standard_normal((800, 3 * 32 * 4 + 7)).astype(dtype)
+    before = gptcore.kernel()
+    try:
+        for packer in KERNELS:
+            gptcore.set_kernel(packer)
+            pb = gptcore.PackedMatrix(b)
+            for m in (1, 2, 3, 5, 40, 300):
+                a = rng.standard_normal((m, 800)).astype(dtype)
+                ref = gptcore.matmul_reference(a, b)
+                for kern in KERNELS:
+                    c = gptcore.matmul(a, pb, kernel=kern)
+                    assert np.array_equal(c.view(np.uint8), ref.view(np.uint8)), (packer, kern, m)
+    finally:
+        gptcore.set_kernel(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_few_rows_against_a_wide_plain_b(dtype):
     # One to eight rows against a plain b wide enough to be streamed along its whole rows
     # (one column range per thread): the same bits as the packed product and the reference,

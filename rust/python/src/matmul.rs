@@ -7,7 +7,8 @@ use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2, PyUntypedArray
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-/// A right-hand side packed once for repeated products (immutable, shareable across threads).
+/// A right-hand side packed once for repeated products (immutable, shareable across threads),
+/// laid out for the kernel in use when it is packed; every kernel reads it, with the same bits.
 #[pyclass(frozen, module = "gptcore._native")]
 pub struct PackedMatrix {
     pub inner: Packed,

@@ -407,11 +407,11 @@ fn macro_kernel<T: Element, W: PanelValue>(
                 break;
             };
             let j0 = jp * W::PANEL_NR;
-            let (bp, ldb) = b.panel(p, jp);
+            let (bp, ldb, hoff) = b.panel(p, jp);
             let cols_last = W::PANEL_NR.min(n - (jp + 3) * W::PANEL_NR);
             // SAFETY: the A panel holds kc*mr values, each of the four B panels kc steps of NR
-            // readable values ldb apart (bstride between panels); the C block at (i0, j0) lies
-            // inside C and belongs to this item alone.
+            // readable values laid out as (ldb, hoff) say (bstride between panels); the C block
+            // at (i0, j0) lies inside C and belongs to this item alone.
             unsafe {
                 wide(
                     i1 - i0,
@@ -420,6 +420,7 @@ fn macro_kernel<T: Element, W: PanelValue>(
                     ablock.add((i0 / mr) * mr * kc),
                     bp,
                     ldb,
+                    hoff,
                     bstride,
                     out.at(i0, j0),
                     out.ldc,
@@ -466,13 +467,14 @@ fn macro_kernel<T: Element, W: PanelValue>(
                 let cols = W::PANEL_NR.min(n - j0);
                 let c = out.at(i, j0);
                 // SAFETY: the A panel holds kc*mr values, the B panel kc steps of NR readable
-                // values ldb apart (the copy: packed, NR apart; the buffer holds kc steps of NR
-                // values for each panel of the group from jp); the C tile at (i, j0) lies
-                // inside C and belongs to this item. Prefetched addresses are never read.
+                // values laid out as (ldb, hoff) say (the copy: in row order, NR apart; the
+                // buffer holds kc steps of NR values for each panel of the group from jp); the C
+                // tile at (i, j0) lies inside C and belongs to this item. Prefetched addresses
+                // are never read.
                 unsafe {
                     match (copy, ahead.zip(kernels.tile_prefetch)) {
                         (None, Some((ahead, tile_prefetch))) => {
-                            let (bp, ldb) = b.panel(p, q);
+                            let (bp, ldb, hoff) = b.panel(p, q);
                             let call = (i - i0) / mr * (g1 - jp) + (q - jp);
                             let (pf, lines) = ahead.slice(call, calls);
                             tile_prefetch(
@@ -482,6 +484,7 @@ fn macro_kernel<T: Element, W: PanelValue>(
                                 ap,
                                 bp,
                                 ldb,
+                                hoff,
                                 c,
                                 out.ldc,
                                 p > 0,
@@ -490,16 +493,29 @@ fn macro_kernel<T: Element, W: PanelValue>(
                             );
                         }
                         (None, None) => {
-                            let (bp, ldb) = b.panel(p, q);
-                            tile(rows, cols, kc, ap, bp, ldb, c, out.ldc, p > 0);
+                            let (bp, ldb, hoff) = b.panel(p, q);
+                            tile(rows, cols, kc, ap, bp, ldb, hoff, c, out.ldc, p > 0);
                         }
                         (Some((tile_copy, buf)), _) => {
                             let dst = buf.wrapping_add((q - jp) * kc * W::PANEL_NR);
                             if i == i0 {
-                                let (bp, ldb) = b.panel(p, q);
-                                tile_copy(rows, cols, kc, ap, bp, ldb, c, out.ldc, p > 0, dst);
+                                let (bp, ldb, hoff) = b.panel(p, q);
+                                tile_copy(
+                                    rows,
+                                    cols,
+                                    kc,
+                                    ap,
+                                    bp,
+                                    ldb,
+                                    hoff,
+                                    c,
+                                    out.ldc,
+                                    p > 0,
+                                    dst,
+                                );
                             } else {
-                                tile(rows, cols, kc, ap, dst, W::PANEL_NR, c, out.ldc, p > 0);
+                                let (ldb, hoff) = (W::PANEL_NR, W::PANEL_NR / 2);
+                                tile(rows, cols, kc, ap, dst, ldb, hoff, c, out.ldc, p > 0);
                             }
                         }
                     }
@@ -532,7 +548,7 @@ fn macro_kernel<T: Element, W: PanelValue>(
 }
 
 /// Depth steps of one chunk in [`few_rows_in_chunks`]: 96 steps are 12 KiB of a packed panel
-/// (NR = 32 float32 or 16 float64 values a step).
+/// (NR = 32 float32 or 16 float64 values a step, half of them in each half of the panel).
 pub const FEW_ROWS_CHUNK: usize = 96;
 
 /// How far ahead of the chunk they compute the row tiles of [`few_rows_in_chunks`] fetch packed
@@ -596,20 +612,43 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
     ahead: Option<Ahead<W>>,
 ) {
     let (n, nr) = (out.n, W::PANEL_NR);
+    let h = nr / 2;
+    let (ldb, hoff) = pb.layout(kc);
     let tiles = (i1 - i0).div_ceil(mr);
     // The panels jp..g1 of this depth block: `region` values from `start`, then `ahead`.
     let start = pb.panel(p, jp);
     let region = (g1 - jp) * kc * nr;
     let per_line = 64 / std::mem::size_of::<W>();
+    // Chunks of `chunk_len` steps (the last one shorter). Halves: an even count of them per
+    // panel, so that the runs below pair them within a panel.
+    let halves = pb.halves();
+    let nchunks = 2 * kc.div_ceil(2 * FEW_ROWS_CHUNK);
+    let chunk_len = if halves {
+        kc.div_ceil(nchunks).max(1)
+    } else {
+        FEW_ROWS_CHUNK
+    };
     for q in jp..g1 {
         let j0 = q * nr;
         let cols = nr.min(n - j0);
         let bp = pb.panel(p, q);
         let mut s = 0;
+        let mut chunk = 0;
         while s < kc {
-            let len = FEW_ROWS_CHUNK.min(kc - s);
-            // The run the tiles fetch: one chunk's lines, FEW_ROWS_AHEAD chunks on.
-            let at = (q - jp) * kc * nr + (s + FEW_ROWS_AHEAD * FEW_ROWS_CHUNK) * nr;
+            let len = chunk_len.min(kc - s);
+            // The run the tiles fetch, one chunk's worth of lines. Step by step: the lines
+            // FEW_ROWS_AHEAD chunks on. Halves: in one half of a panel, an even chunk the
+            // first half of the pair of chunks FEW_ROWS_AHEAD on from the pair it is in, an
+            // odd one their second half (each half of a panel lies whole, and a pair of chunks
+            // never spans two panels).
+            let at = if halves {
+                let half = chunk % 2;
+                let target = chunk - half + FEW_ROWS_AHEAD;
+                let (panel, first) = ((q - jp) + target / nchunks, target % nchunks);
+                panel * kc * nr + half * hoff + first * chunk_len * h
+            } else {
+                (q - jp) * kc * nr + (s + FEW_ROWS_AHEAD * chunk_len) * nr
+            };
             let run = Ahead {
                 start: match ahead {
                     Some(next) if at >= region => next.start.wrapping_add(at - region),
@@ -624,17 +663,18 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
                 let ap = ablock.wrapping_add((i / mr) * mr * kc + s * mr);
                 let (pf, lines) = run.slice((i - i0) / mr, tiles);
                 // SAFETY: the A panel holds kc*mr values and the chunk's len steps start s
-                // steps in; the packed panel holds kc steps of NR values, and so does its chunk
-                // from step s; the C tile at (i, j0) lies inside C and belongs to this item.
-                // Prefetched addresses are never read.
+                // steps in; the packed panel holds kc steps of NR values laid out as (ldb,
+                // hoff) say, and so does its chunk from step s; the C tile at (i, j0) lies
+                // inside C and belongs to this item. Prefetched addresses are never read.
                 unsafe {
                     tile_prefetch(
                         rows,
                         cols,
                         len,
                         ap,
-                        bp.add(s * nr),
-                        nr,
+                        bp.add(s * ldb),
+                        ldb,
+                        hoff,
                         out.at(i, j0),
                         out.ldc,
                         p > 0 || s > 0,
@@ -645,6 +685,7 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
                 i += rows;
             }
             s += len;
+            chunk += 1;
         }
         if last {
             out.finish(i0, i1, j0, cols);

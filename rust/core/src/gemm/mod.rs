@@ -226,23 +226,28 @@ impl<T: PanelValue> BSource<'_, T> {
             BSource::Rows { kb, .. } => *kb,
         }
     }
-    /// Panel `jp` of depth block `p`: its first value and the distance between its depth steps.
+    /// Panel `jp` of depth block `p`: its first value, the distance between its depth steps
+    /// and its second half's offset (see the kernels' contract).
     #[inline(always)]
-    fn panel(&self, p: usize, jp: usize) -> (*const T, usize) {
+    fn panel(&self, p: usize, jp: usize) -> (*const T, usize, usize) {
         match self {
-            BSource::Packed(pb) => (pb.panel(p, jp), T::PANEL_NR),
+            BSource::Packed(pb) => {
+                let (ldb, hoff) = pb.layout(pb.kb.block(p).1);
+                (pb.panel(p, jp), ldb, hoff)
+            }
             BSource::Rows { b, edge, kb } => {
-                let (k0, _) = kb.block(p);
+                let (k0, kc) = kb.block(p);
                 if (jp + 1) * T::PANEL_NR <= b.cols {
                     // SAFETY: row k0, column jp * NR lies inside B.
                     let ptr = unsafe {
                         b.ptr
                             .offset(k0 as isize * b.rs + (jp * T::PANEL_NR) as isize)
                     };
-                    (ptr, b.rs as usize)
+                    (ptr, b.rs as usize, T::PANEL_NR / 2)
                 } else {
                     let edge = edge.as_ref().expect("a partial panel is packed");
-                    (edge.panel(p, 0), T::PANEL_NR)
+                    let (ldb, hoff) = edge.layout(kc);
+                    (edge.panel(p, 0), ldb, hoff)
                 }
             }
         }
@@ -253,7 +258,7 @@ impl<T: PanelValue> BSource<'_, T> {
         matches!(self, BSource::Rows { .. })
     }
     /// The distance between panels `jp` and `jp + 1` ... `jp + 3` when the four can go to the
-    /// wide kernel together (each step of each panel `ldb` after the one before).
+    /// wide kernel together (each laid out as panel `jp`).
     #[inline(always)]
     fn wide_stride(&self, p: usize, jp: usize) -> Option<usize> {
         match self {
@@ -284,7 +289,7 @@ pub fn gemm<T: GemmElement>(
             }
             let len = PackedB::<T>::buffer_len(v.rows, v.cols);
             let buf = T::b_scratch().take(len, "packing b")?;
-            let pb = PackedB::pack_into(v, buf);
+            let pb = PackedB::pack_into_for(v, buf, opts.kernel);
             run(a, &BSource::Packed(&pb), c, ldc, opts);
             let data = pb.into_data();
             if data.capacity() * std::mem::size_of::<T>() <= B_SCRATCH_MAX_BYTES {
@@ -307,13 +312,15 @@ pub fn gemm<T: GemmElement>(
             }
             // The partial last panel (if any) is packed, zero-padded, the same way as a PackedB.
             let full = b.cols / T::NR * T::NR;
-            let edge = (full < b.cols).then(|| {
+            let edge = if full < b.cols {
                 // SAFETY: columns full.. of B, a subset of B's elements.
                 let rest = unsafe {
                     MatRef::from_raw(b.ptr.offset(full as isize), b.rows, b.cols - full, b.rs, 1)
                 };
-                PackedB::pack(rest)
-            });
+                Some(PackedB::try_pack_for(rest, opts.kernel)?)
+            } else {
+                None
+            };
             let kb = KBlocks::new(b.rows, tuning::kc_max::<T>());
             run(a, &BSource::Rows { b, edge, kb }, c, ldc, opts)
         }
@@ -420,7 +427,7 @@ fn pack_by_slabs<T: GemmElement>(
                 unsafe { MatRef::from_raw(bptr.get().offset(j0 as isize * bcs), k, w, brs, bcs) };
             T::with_slab_buffer(|buf| {
                 crate::memory::resize_for_overwrite(buf, PackedB::<T>::buffer_len(k, w));
-                let pb = PackedB::pack_into(part, std::mem::take(buf));
+                let pb = PackedB::pack_into_for(part, std::mem::take(buf), opts.kernel);
                 let shifted = |mut t: Tile<'_, T>| {
                     t.j0 += j0;
                     if let Some(f) = opts.epilogue {

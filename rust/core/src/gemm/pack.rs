@@ -3,13 +3,14 @@
 //! The depth K is cut into blocks of at most `T::KC_MAX` (equal sizes, so K = 768 becomes two
 //! blocks of 384 rather than 512 + 256). Inside block `p`, a packed operand is a sequence of
 //! micro-panels: for A, panels of `mr` rows stored k-major (`mr` values per k); for B, panels
-//! of `T::NR` columns stored k-major (`NR` values per k). B's last panel is padded with zero
+//! of `T::NR` columns stored k-major (`NR` values per k), or as two halves of `NR / 2` columns
+//! stored k-major one after the other (see [`PackedB`]). B's last panel is padded with zero
 //! columns, so the kernels never read outside the packed buffers; A's last panel has room for
 //! `mr` rows, of which the kernels read only the live ones.
 
 use super::MatRef;
 use crate::half::{Bf16, F16};
-use crate::kernels::GemmKernels;
+use crate::kernels::{GemmKernels, Kernel};
 use crate::threads;
 use crate::Element;
 
@@ -18,6 +19,11 @@ use crate::Element;
 pub trait PanelValue: Copy + Send + Sync + 'static {
     /// Columns in one panel (the same for every kernel of the type).
     const PANEL_NR: usize;
+    /// Whether a panel may be stored as two halves (see [`PackedB`]), for a kernel family
+    /// that asks for them: float32 and float64 (a step of a panel is two cache lines or
+    /// more), not 16-bit values (a step is one line, which a half-width strip reads half of
+    /// anyway).
+    const HALVES: bool;
     /// The padding value of a partial last panel.
     const PAD: Self;
     /// Largest depth block.
@@ -26,6 +32,7 @@ pub trait PanelValue: Copy + Send + Sync + 'static {
 
 impl<T: Element> PanelValue for T {
     const PANEL_NR: usize = T::NR;
+    const HALVES: bool = true;
     const PAD: Self = T::ZERO;
     #[inline(always)]
     fn kc_max() -> usize {
@@ -39,6 +46,7 @@ macro_rules! half_panel {
     ($h:ty) => {
         impl PanelValue for $h {
             const PANEL_NR: usize = f32::NR;
+            const HALVES: bool = false;
             const PAD: Self = <$h>::ZERO_BITS;
             #[inline(always)]
             fn kc_max() -> usize {
@@ -107,6 +115,16 @@ pub(crate) fn line_start<T>(addr: usize) -> usize {
 
 /// A right-hand side packed once into NR-column panels, reusable for many products.
 ///
+/// Panel `jp` of depth block `p` (`kc` steps) holds its values step by step (`NR` a step), or,
+/// packed for a family that asks for it ([`Kernel::half_panels`]: AVX2) and float32 or float64
+/// values, as two halves of `h = NR / 2` columns one after the other, each `kc` steps of `h`
+/// values, so that a kernel strip of at most `h` columns reads its values in sequence (see the
+/// kernels' contract in [`crate::kernels`]). Every kernel reads both layouts, with the same
+/// bits. The AVX2 6 x 16 strips read every other cache line of a panel stored step by step;
+/// the half panels made large float32 products 1.00-1.06 x as fast and float64 1.04-1.09 x
+/// (2-core AMD EPYC Zen 4, call by call; see `docs/performance.md`). The AVX-512 tile reads a
+/// whole step at once, and few rows read from memory lost up to 5 % with halves there.
+///
 /// The panels start on a cache-line boundary inside their buffer (`start` values in), so no
 /// vector load of a panel spans two lines. The allocator hands out large blocks 16 bytes past
 /// a page boundary, which put the panels 16, 32 or 48 bytes past a line: every other 32-byte
@@ -119,6 +137,8 @@ pub struct PackedB<T: PanelValue> {
     k: usize,
     n: usize,
     pub(crate) kb: KBlocks,
+    /// Whether each panel is stored as two halves (else step by step).
+    halves: bool,
 }
 
 impl<T: PanelValue> PackedB<T> {
@@ -128,11 +148,18 @@ impl<T: PanelValue> PackedB<T> {
         Self::try_pack(b).expect("out of memory packing a matrix")
     }
 
-    /// Pack a (K x N) matrix given with any strides, or `Error::Memory` stating the bytes.
+    /// Pack a (K x N) matrix given with any strides, or `Error::Memory` stating the bytes,
+    /// laid out for the kernel in use ([`crate::kernels::current`]; any kernel
+    /// reads it, with the same bits).
     pub fn try_pack(b: MatRef<'_, T>) -> crate::Result<PackedB<T>> {
+        Self::try_pack_for(b, crate::kernels::current())
+    }
+
+    /// [`PackedB::try_pack`] laid out for `kernel` (see [`Kernel::half_panels`]).
+    pub fn try_pack_for(b: MatRef<'_, T>, kernel: Kernel) -> crate::Result<PackedB<T>> {
         let len = Self::buffer_len(b.rows, b.cols);
         let data = crate::memory::try_zeroed::<T>(len, "packing a matrix")?;
-        Ok(Self::pack_into(b, data))
+        Ok(Self::pack_into_for(b, data, kernel))
     }
 
     /// Values a packed (K x N) matrix holds (its last panel padded to NR columns).
@@ -161,14 +188,27 @@ impl<T: PanelValue> PackedB<T> {
     /// Pack a (K x N) matrix into `data`, which must hold exactly [`PackedB::buffer_len`]
     /// values; its old values may be anything (every packed value is written, the padding
     /// columns with zeros).
+    /// Laid out for the kernel in use, as [`PackedB::try_pack`].
     pub fn pack_into(b: MatRef<'_, T>, data: Vec<T>) -> PackedB<T> {
+        Self::pack_into_for(b, data, crate::kernels::current())
+    }
+
+    /// [`PackedB::pack_into`] laid out for `kernel`.
+    pub fn pack_into_for(b: MatRef<'_, T>, data: Vec<T>, kernel: Kernel) -> PackedB<T> {
         let start = line_start::<T>(data.as_ptr() as usize);
-        Self::pack_at(b, data, start)
+        Self::pack_at(b, data, start, T::HALVES && kernel.half_panels())
     }
 
     /// [`PackedB::pack_into`] with the panels starting `start` values into `data` (fewer
-    /// than a cache line's worth), wherever that falls.
-    pub(crate) fn pack_at(b: MatRef<'_, T>, mut data: Vec<T>, start: usize) -> PackedB<T> {
+    /// than a cache line's worth), wherever that falls, stored as halves when `halves` (and
+    /// the value type allows them).
+    pub(crate) fn pack_at(
+        b: MatRef<'_, T>,
+        mut data: Vec<T>,
+        start: usize,
+        halves: bool,
+    ) -> PackedB<T> {
+        let halves = halves && T::HALVES;
         let (k, n) = (b.rows, b.cols);
         assert_eq!(
             data.len(),
@@ -188,8 +228,9 @@ impl<T: PanelValue> PackedB<T> {
                 let (k0, kc) = kb.block(p);
                 let base = npad * k0 + (panels - 1) * T::PANEL_NR * kc;
                 for kk in 0..kc {
-                    vals[base + kk * T::PANEL_NR + (n - j0)..base + (kk + 1) * T::PANEL_NR]
-                        .fill(T::PAD);
+                    for j in n - j0..T::PANEL_NR {
+                        vals[base + Self::offset(halves, kc, kk, j)] = T::PAD;
+                    }
                 }
             }
         }
@@ -222,13 +263,20 @@ impl<T: PanelValue> PackedB<T> {
                             // SAFETY: step kr - k0 of panel (p, jp) is NR values of `data`
                             // that no other row writes; the pad columns stay zero.
                             unsafe {
-                                let dst = ptr.get().add(
-                                    npad * k0 + jp * T::PANEL_NR * kc + (kr - k0) * T::PANEL_NR,
+                                let panel = ptr.get().add(npad * k0 + jp * T::PANEL_NR * kc);
+                                let live = (n - j0).min(T::PANEL_NR);
+                                let h = T::PANEL_NR / 2;
+                                std::ptr::copy_nonoverlapping(
+                                    src.add(j0),
+                                    panel.add(Self::offset(halves, kc, kr - k0, 0)),
+                                    live.min(h),
                                 );
-                                if j0 + T::PANEL_NR <= n {
-                                    std::ptr::copy_nonoverlapping(src.add(j0), dst, T::PANEL_NR);
-                                } else {
-                                    std::ptr::copy_nonoverlapping(src.add(j0), dst, n - j0);
+                                if live > h {
+                                    std::ptr::copy_nonoverlapping(
+                                        src.add(j0 + h),
+                                        panel.add(Self::offset(halves, kc, kr - k0, h)),
+                                        live - h,
+                                    );
                                 }
                             }
                         }
@@ -255,7 +303,8 @@ impl<T: PanelValue> PackedB<T> {
                             for j in 0..nc {
                                 for kk in 0..kc {
                                     unsafe {
-                                        *dst.add(kk * T::PANEL_NR + j) = b.at(k0 + kk, j0 + j)
+                                        *dst.add(Self::offset(halves, kc, kk, j)) =
+                                            b.at(k0 + kk, j0 + j)
                                     };
                                 }
                             }
@@ -263,7 +312,8 @@ impl<T: PanelValue> PackedB<T> {
                             for kk in 0..kc {
                                 for j in 0..nc {
                                     unsafe {
-                                        *dst.add(kk * T::PANEL_NR + j) = b.at(k0 + kk, j0 + j)
+                                        *dst.add(Self::offset(halves, kc, kk, j)) =
+                                            b.at(k0 + kk, j0 + j)
                                     };
                                 }
                             }
@@ -283,6 +333,7 @@ impl<T: PanelValue> PackedB<T> {
             k,
             n,
             kb,
+            halves,
         }
     }
 
@@ -297,7 +348,8 @@ impl<T: PanelValue> PackedB<T> {
                 let j0 = jp * T::PANEL_NR;
                 for kk in 0..kc {
                     for j in 0..T::PANEL_NR.min(n - j0) {
-                        out[(k0 + kk) * n + j0 + j] = unsafe { *src.add(kk * T::PANEL_NR + j) };
+                        out[(k0 + kk) * n + j0 + j] =
+                            unsafe { *src.add(Self::offset(self.halves, kc, kk, j)) };
                     }
                 }
             }
@@ -315,6 +367,38 @@ impl<T: PanelValue> PackedB<T> {
     pub fn nbytes(&self) -> usize {
         Self::packed_len(self.k, self.n) * std::mem::size_of::<T>()
     }
+    /// Whether the panels are stored as two halves (else step by step).
+    pub fn halves(&self) -> bool {
+        self.halves
+    }
+
+    /// Where value `j` of step `kk` lies in a panel of a `kc`-step depth block.
+    #[inline(always)]
+    fn offset(halves: bool, kc: usize, kk: usize, j: usize) -> usize {
+        let (ldb, hoff) = Self::layout_of(halves, kc);
+        let h = T::PANEL_NR / 2;
+        (j / h) * hoff + kk * ldb + j % h
+    }
+
+    /// The row stride and the second half's offset a kernel reads a panel of a `kc`-step
+    /// depth block with (see the kernels' contract): `NR / 2` and `kc NR / 2` for halves,
+    /// `NR` and `NR / 2` step by step.
+    #[inline(always)]
+    fn layout_of(halves: bool, kc: usize) -> (usize, usize) {
+        let h = T::PANEL_NR / 2;
+        if halves {
+            (h, kc * h)
+        } else {
+            (T::PANEL_NR, h)
+        }
+    }
+
+    /// [`PackedB::layout_of`] for this matrix's panels.
+    #[inline(always)]
+    pub(crate) fn layout(&self, kc: usize) -> (usize, usize) {
+        Self::layout_of(self.halves, kc)
+    }
+
     /// Pointer to panel `jp` of depth block `p`.
     #[inline(always)]
     pub(crate) fn panel(&self, p: usize, jp: usize) -> *const T {

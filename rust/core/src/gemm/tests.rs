@@ -27,6 +27,13 @@ fn gemm_packed<T: GemmElement>(a: MatRef<'_, T>, b: &PackedB<T>, c: &mut [T], ld
     gemm(a, Rhs::Packed(b), c, ldc, &Options::default()).unwrap()
 }
 
+/// `b` packed with its panels in halves or step by step, whichever kernel is in use.
+fn pack_laid_out<T: PanelValue>(b: MatRef<'_, T>, halves: bool) -> PackedB<T> {
+    let data = vec![T::PAD; PackedB::<T>::buffer_len(b.rows, b.cols)];
+    let start = line_start::<T>(data.as_ptr() as usize);
+    PackedB::pack_at(b, data, start, halves)
+}
+
 fn random<T: Element>(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<T> {
     (0..n)
         .map(|_| T::from_f64(rng.gen_range(-1.0..1.0)))
@@ -54,20 +61,28 @@ fn check_product<T: GemmElement>(
             buf.resize((m.div_ceil(12) * 12 + 12) * k, T::from_f64(f64::NAN));
         })
     };
-    poison(());
     let ldc = n + 3;
     let sentinel = T::from_f64(12345.5);
-    let mut c = vec![sentinel; (m + 2) * ldc];
     let off = ldc;
-    let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
-    gemm_with(
-        kernel,
-        MatRef::from_slice(&a, m, k),
-        &pb,
-        &mut c[off..],
-        ldc,
-    );
-    check_output(kernel, &c, off, ldc, &want, sentinel, m, k, n, "packed B");
+    // Both layouts of packed panels, whichever the kernel's family packs for.
+    for halves in [false, true] {
+        let pb = pack_laid_out(MatRef::from_slice(&b, k, n), halves);
+        let mut c = vec![sentinel; (m + 2) * ldc];
+        poison(());
+        gemm_with(
+            kernel,
+            MatRef::from_slice(&a, m, k),
+            &pb,
+            &mut c[off..],
+            ldc,
+        );
+        let what = if halves {
+            "packed B (halves)"
+        } else {
+            "packed B"
+        };
+        check_output(kernel, &c, off, ldc, &want, sentinel, m, k, n, what);
+    }
     // B read in place, from inside a wider matrix (row stride n + 5).
     let ldb = n + 5;
     let mut wide_b = vec![T::from_f64(f64::NAN); k * ldb];
@@ -451,14 +466,16 @@ fn packed_panels_start_on_a_cache_line() {
         for (k, n) in [(T::kc_max() + 5, 3), (7, 2 * T::PANEL_NR + 3)] {
             let b: Vec<T> = (0..k * n).map(|i| T::from_f64((i % 97) as f64)).collect();
             let view = MatRef::from_slice(&b, k, n);
-            let fresh = PackedB::pack(view);
-            for start in 0..PACKED_ALIGN / size {
-                let buf = vec![T::from_f64(-1.0); PackedB::<T>::buffer_len(k, n)];
-                let addr = buf.as_ptr() as usize;
-                let pb = PackedB::pack_at(view, buf, start);
-                assert_eq!(pb.panel(0, 0) as usize, addr + start * size, "{}", T::NAME);
-                assert!(pb.values().iter().zip(fresh.values()).all(|(x, y)| x == y));
-                assert!(pb.unpack().iter().zip(&b).all(|(x, y)| x == y));
+            for halves in [false, true] {
+                let fresh = pack_laid_out(view, halves);
+                for start in 0..PACKED_ALIGN / size {
+                    let buf = vec![T::from_f64(-1.0); PackedB::<T>::buffer_len(k, n)];
+                    let addr = buf.as_ptr() as usize;
+                    let pb = PackedB::pack_at(view, buf, start, halves);
+                    assert_eq!(pb.panel(0, 0) as usize, addr + start * size, "{}", T::NAME);
+                    assert!(pb.values().iter().zip(fresh.values()).all(|(x, y)| x == y));
+                    assert!(pb.unpack().iter().zip(&b).all(|(x, y)| x == y));
+                }
             }
             let mut spacers = Vec::new();
             for tries in 0..200 {
@@ -476,6 +493,39 @@ fn packed_panels_start_on_a_cache_line() {
     }
     check::<f32>();
     check::<f64>();
+}
+
+/// Panels are packed in halves for a family that asks for them (AVX2) and float32 / float64
+/// values, step by step otherwise; the two layouts differ (a test of the halves that could
+/// fail) and both unpack to B.
+#[test]
+fn packed_layout_follows_the_kernel_family() {
+    fn check<T: PanelValue + Element>(halves_for_avx2: bool) {
+        let (k, n) = (T::kc_max() + 7, 2 * T::PANEL_NR + 5);
+        let b: Vec<T> = (0..k * n).map(|i| T::from_f64((i % 89) as f64)).collect();
+        let view = MatRef::from_slice(&b, k, n);
+        for kernel in Kernel::ALL {
+            let pb = PackedB::try_pack_for(view, kernel).unwrap();
+            let want = halves_for_avx2 && kernel == Kernel::Avx2 && kernel.built();
+            assert_eq!(pb.halves(), want, "{} {kernel:?}", T::NAME);
+            assert!(pb.unpack().iter().zip(&b).all(|(x, y)| x == y));
+        }
+        let (whole, halves) = (pack_laid_out(view, false), pack_laid_out(view, true));
+        assert_eq!(halves.halves(), halves_for_avx2);
+        assert_eq!(
+            whole.values() != halves.values(),
+            halves_for_avx2,
+            "{}",
+            T::NAME
+        );
+        assert!(halves.unpack().iter().zip(&b).all(|(x, y)| x == y));
+    }
+    check::<f32>(true);
+    check::<f64>(true);
+    // 16-bit panels stay step by step, even for AVX2 (a step is one cache line).
+    let h = vec![crate::half::Bf16(0x3f80); 300 * 70];
+    let pb = PackedB::try_pack_for(MatRef::from_slice(&h, 300, 70), Kernel::Avx2).unwrap();
+    assert!(!pb.halves());
 }
 
 #[test]
@@ -675,10 +725,13 @@ fn micro_kernels_called_directly_match_the_chain() {
             let ahead = random::<T>(&mut rng, 64 * (3 * 17 + 2));
             for entry in entries {
                 for kc in (0..=9).chain([17]) {
-                    // B: kc steps of NR values, read in place (ldb > NR) and packed (ldb == NR);
-                    // four panels of it for the wide kernel.
-                    for ldb in [nr, 4 * nr + 5] {
-                        let mut b = random::<T>(&mut rng, kc * ldb + 4 * nr);
+                    // B: kc steps of NR values, read in place (ldb > NR), copied in row order
+                    // (ldb == NR) and packed in two halves (ldb == NR / 2, the second half
+                    // kc steps on): value (kk, j) at `at(kk, j)`.
+                    let h = nr / 2;
+                    for (ldb, hoff) in [(nr, h), (4 * nr + 5, h), (h, kc * h)] {
+                        let at = |kk: usize, j: usize| (j / h) * hoff + kk * ldb + j % h;
+                        let mut b = random::<T>(&mut rng, hoff + kc * ldb + 4 * nr);
                         let a_full = random::<T>(&mut rng, kc * mr);
                         for rows in 1..=mr {
                             let mut a = a_full.clone();
@@ -688,7 +741,7 @@ fn micro_kernels_called_directly_match_the_chain() {
                             for cols in 1..=nr {
                                 for kk in 0..kc {
                                     for j in cols..nr {
-                                        b[kk * ldb + j] = nan;
+                                        b[at(kk, j)] = nan;
                                     }
                                 }
                                 for accumulate in [false, true] {
@@ -701,7 +754,10 @@ fn micro_kernels_called_directly_match_the_chain() {
                                     let (ap, bp) = (a.as_ptr(), b.as_ptr());
                                     match entry {
                                         Entry::Tile(tile) => unsafe {
-                                            tile(rows, cols, kc, ap, bp, ldb, cp, ldc, accumulate)
+                                            tile(
+                                                rows, cols, kc, ap, bp, ldb, hoff, cp, ldc,
+                                                accumulate,
+                                            )
                                         },
                                         Entry::Copy(tile) => unsafe {
                                             tile(
@@ -711,6 +767,7 @@ fn micro_kernels_called_directly_match_the_chain() {
                                                 ap,
                                                 bp,
                                                 ldb,
+                                                hoff,
                                                 cp,
                                                 ldc,
                                                 accumulate,
@@ -725,6 +782,7 @@ fn micro_kernels_called_directly_match_the_chain() {
                                                 ap,
                                                 bp,
                                                 ldb,
+                                                hoff,
                                                 cp,
                                                 ldc,
                                                 accumulate,
@@ -739,7 +797,7 @@ fn micro_kernels_called_directly_match_the_chain() {
                                             for j in 0..nr {
                                                 assert_eq!(
                                                     copy[kk * nr + j].to_f64().to_bits(),
-                                                    b[kk * ldb + j].to_f64().to_bits(),
+                                                    b[at(kk, j)].to_f64().to_bits(),
                                                     "{} {kernel:?} copy rows={rows} cols={cols} \
                                                      kc={kc} ldb={ldb} at ({kk}, {j})",
                                                     T::NAME
@@ -760,7 +818,7 @@ fn micro_kernels_called_directly_match_the_chain() {
                                         rows,
                                         cols,
                                         ldc,
-                                        |kk, j| b[kk * ldb + j],
+                                        |kk, j| b[at(kk, j)],
                                         || {
                                             format!(
                                                 "{} {kernel:?} rows={rows} cols={cols} kc={kc} \
@@ -773,7 +831,7 @@ fn micro_kernels_called_directly_match_the_chain() {
                                 // Restore the columns for the next width.
                                 for kk in 0..kc {
                                     for j in cols..nr {
-                                        b[kk * ldb + j] = T::from_f64(0.25);
+                                        b[at(kk, j)] = T::from_f64(0.25);
                                     }
                                 }
                             }
@@ -783,10 +841,15 @@ fn micro_kernels_called_directly_match_the_chain() {
             }
             let Some(wide) = spec.wide else { continue };
             for kc in (0..=9).chain([17]) {
-                // Four panels: packed one after the other (bstride = kc * NR, ldb = NR), or
-                // side by side in the rows of a wider B (bstride = NR, ldb = 4 NR + 5).
-                for (ldb, bstride) in [(nr, kc * nr), (4 * nr + 5, nr)] {
-                    let len = 3 * bstride + kc * ldb + nr;
+                // Four panels: one after the other in row order (bstride = kc * NR, ldb = NR)
+                // or in two halves (ldb = NR / 2, the second half kc steps on), or side by side
+                // in the rows of a wider B (bstride = NR, ldb = 4 NR + 5).
+                let h = nr / 2;
+                for (ldb, hoff, bstride) in
+                    [(nr, h, kc * nr), (h, kc * h, kc * nr), (4 * nr + 5, h, nr)]
+                {
+                    let at = |kk: usize, j: usize| (j / h) * hoff + kk * ldb + j % h;
+                    let len = 3 * bstride + hoff + kc * ldb + nr;
                     let b = random::<T>(&mut rng, len);
                     let a_full = random::<T>(&mut rng, kc * mr);
                     for rows in 1..=crate::kernels::WIDE_ROWS {
@@ -796,8 +859,7 @@ fn micro_kernels_called_directly_match_the_chain() {
                         }
                         for cols_last in 1..=nr {
                             let cols = 3 * nr + cols_last;
-                            let bat =
-                                |kk: usize, j: usize| b[(j / nr) * bstride + kk * ldb + j % nr];
+                            let bat = |kk: usize, j: usize| b[(j / nr) * bstride + at(kk, j % nr)];
                             for accumulate in [false, true] {
                                 let ldc = 4 * nr + 2;
                                 let c0 = random::<T>(&mut rng, rows * cols);
@@ -810,6 +872,7 @@ fn micro_kernels_called_directly_match_the_chain() {
                                         a.as_ptr(),
                                         b.as_ptr(),
                                         ldb,
+                                        hoff,
                                         bstride,
                                         c.as_mut_ptr().add(ldc),
                                         ldc,
@@ -911,15 +974,17 @@ fn check_packed_product<T: GemmElement>(
     let a = random::<T>(rng, m * k);
     let b = random::<T>(rng, k * n);
     let want = reference_product(&a, &b, m, k, n);
-    let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
     let av = MatRef::from_slice(&a, m, k);
-    check_every_kernel_on_1_and_3_threads(
-        m,
-        n,
-        &want,
-        |c, ldc, opts| gemm(av, Rhs::Packed(&pb), c, ldc, opts).unwrap(),
-        || format!("m={m} k={k} n={n}"),
-    );
+    for halves in [false, true] {
+        let pb = pack_laid_out(MatRef::from_slice(&b, k, n), halves);
+        check_every_kernel_on_1_and_3_threads(
+            m,
+            n,
+            &want,
+            |c, ldc, opts| gemm(av, Rhs::Packed(&pb), c, ldc, opts).unwrap(),
+            || format!("m={m} k={k} n={n} halves={halves}"),
+        );
+    }
 }
 
 /// [`check_with_epilogue`] for `product` with every kernel, on 1 and on 3 threads (the thread

@@ -21,8 +21,13 @@
 //! # The kernels' contract
 //! A tile kernel computes a `rows x cols` tile (rows <= mr, cols <= NR) of C from a packed A
 //! micro-panel (`mr` values per depth step, of which the first `rows` are read) and a B
-//! micro-panel of NR values per depth step, `ldb` apart (NR when packed; B's row stride when B
-//! is read in place):
+//! micro-panel of NR values per depth step in two halves of `h = NR / 2` columns: value `j`
+//! of step `k` is at `b + k * ldb + j` in the first half and at `b + hoff + k * ldb + (j - h)`
+//! in the second ([`b_at`]). A panel packed as halves stores each half whole (`ldb = h`,
+//! `hoff = kc * h`), so a strip of columns within one half reads its values in sequence; one
+//! packed step by step (`ldb = NR`, `hoff = h`), B read in place and a panel copied in row
+//! order have `ldb` = the row stride and `hoff = h`. Which layout a matrix is packed in follows
+//! the family it is packed for ([`Kernel::half_panels`]); every kernel reads all of them.
 //!
 //! `c[i][j] = fma(a[k][i], b[k][j], c[i][j])` for k = 0, 1, ..., kc-1 in ascending order,
 //! starting from 0 (`accumulate == false`) or from the value already in C (later depth
@@ -47,29 +52,52 @@ mod portable;
 use crate::half::{Bf16, F16};
 use crate::Element;
 
-/// `(rows, cols, kc, a_panel, b_panel, ldb, c, ldc, accumulate)`: see the module's contract.
-/// `W` is what B holds: `T` itself, or 16-bit storage widened exactly to `T` on load (the
-/// contract then holds for the widened values).
+/// `(rows, cols, kc, a_panel, b_panel, ldb, hoff, c, ldc, accumulate)`: see the module's
+/// contract. `W` is what B holds: `T` itself, or 16-bit storage widened exactly to `T` on load
+/// (the contract then holds for the widened values).
 pub type TileFn<T, W = T> =
-    unsafe fn(usize, usize, usize, *const T, *const W, usize, *mut T, usize, bool);
+    unsafe fn(usize, usize, usize, *const T, *const W, usize, usize, *mut T, usize, bool);
 
 /// The tile kernel's arguments, then `dst`: the tile kernel that also copies the B panel it
-/// reads, all NR values of each of its `kc` steps (`ldb` apart), bit for bit into `dst`, NR
-/// values a step.
+/// reads, all NR values of each of its `kc` steps, bit for bit into `dst` in row order (NR
+/// values a step: `ldb = NR`, `hoff = h` for the tiles that read the copy).
 pub type TileCopyFn<T, W = T> =
-    unsafe fn(usize, usize, usize, *const T, *const W, usize, *mut T, usize, bool, *mut W);
+    unsafe fn(usize, usize, usize, *const T, *const W, usize, usize, *mut T, usize, bool, *mut W);
 
 /// The tile kernel's arguments, then `(pf, lines)`: the tile kernel that also prefetches up to
 /// `lines` cache lines from `pf` on into L2, spread over its depth steps (the packed B the
 /// loops read next; the values are never read through `pf`).
-pub type TilePrefetchFn<T, W = T> =
-    unsafe fn(usize, usize, usize, *const T, *const W, usize, *mut T, usize, bool, *const W, usize);
+pub type TilePrefetchFn<T, W = T> = unsafe fn(
+    usize,
+    usize,
+    usize,
+    *const T,
+    *const W,
+    usize,
+    usize,
+    *mut T,
+    usize,
+    bool,
+    *const W,
+    usize,
+);
 
-/// `(rows, cols_last, kc, a_panel, b_panel, ldb, b_stride, c, ldc, accumulate)`: up to
-/// [`WIDE_ROWS`] rows against 4 consecutive B panels (`b_stride` apart), the last with
-/// `cols_last` live columns.
+/// `(rows, cols_last, kc, a_panel, b_panel, ldb, hoff, b_stride, c, ldc, accumulate)`: up to
+/// [`WIDE_ROWS`] rows against 4 consecutive B panels (`b_stride` apart, each addressed as in
+/// the module's contract), the last with `cols_last` live columns.
 pub type WideFn<T, W = T> =
-    unsafe fn(usize, usize, usize, *const T, *const W, usize, usize, *mut T, usize, bool);
+    unsafe fn(usize, usize, usize, *const T, *const W, usize, usize, usize, *mut T, usize, bool);
+
+/// Where value `j` (< NR) of a depth step that starts at `b` lies, for a panel whose second
+/// half is `hoff` values after its first (see the module's contract); `h` is half the panel.
+#[inline(always)]
+pub fn b_at<W>(b: *const W, hoff: usize, h: usize, j: usize) -> *const W {
+    if j < h {
+        b.wrapping_add(j)
+    } else {
+        b.wrapping_add(hoff + (j - h))
+    }
+}
 
 /// `(rows, cols, k, a, lda, b, ldb, c, ldc)`: C (rows x cols) = A (rows x k, rows `lda` apart,
 /// unit column stride) times B read in place (`k` rows `ldb` apart); up to [`STREAM_ROWS`]
@@ -114,6 +142,10 @@ pub struct GemmKernels<T, W = T> {
 trait Family {
     /// Whether this CPU can run the family's code.
     fn supported() -> bool;
+    /// Whether float32 and float64 B panels packed for this family are stored as two halves
+    /// (see [`crate::gemm::PackedB`]): for a tile whose strips read half a panel's step each.
+    /// Every family reads both layouts, with the same bits.
+    const HALF_PANELS: bool = false;
     fn gemm_f32() -> GemmKernels<f32>;
     fn gemm_f64() -> GemmKernels<f64>;
     /// float32 A and C against bfloat16 / float16 B (packed panels only: no stream kernel).
@@ -200,6 +232,12 @@ impl Kernel {
 
     fn family_supported(self) -> bool {
         with_family!(self, F => F::supported())
+    }
+
+    /// Whether B panels packed for this kernel are stored as two halves where the value type
+    /// allows them (float32, float64): see [`crate::gemm::PackedB`].
+    pub fn half_panels(self) -> bool {
+        with_family!(self, F => F::HALF_PANELS)
     }
 }
 

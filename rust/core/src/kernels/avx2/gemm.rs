@@ -2,8 +2,9 @@
 //!
 //! - Tile kernel: `MR` = 6 rows x 2 ymm vectors (f32: 6 x 16, f64: 6 x 8), 12 accumulators,
 //!   the shape of BLIS's Haswell kernels. The shared packed B panel (NR = 32 f32 / 16 f64
-//!   columns, k-major) is taken as two halves, one after the other, each through the whole
-//!   depth block; the A micro-panel (6 values per depth step) is read once per half, from L1.
+//!   columns, stored as two k-major halves) is taken half after half, each through the whole
+//!   depth block, reading the half's values in sequence; the A micro-panel (6 values per depth
+//!   step) is read once per half, from L1.
 //!   Measured against the earlier 3 rows x 4 vectors (a whole panel per pass) and 4 x 2
 //!   (AVX2 path forced on the 2-core Xeon with AVX-512, one thread, loaded machine, GFLOP/s
 //!   6x2 / 3x4 / 4x2): f32 256x768x2304 54 / 40 / 48, 1024x768x3072 66 / 44 / 62,
@@ -56,6 +57,15 @@ const PF_B: usize = 32;
 const PF_B_PACKED: usize = 48;
 /// Prefetch distance (depth steps) for B read in place by the wide kernel.
 const PF_WIDE: usize = 8;
+/// Prefetch distance (depth steps, into L2) for packed half panels in the wide kernel's
+/// three-row passes, which read a panel's two halves side by side: 64 steps = 4 KiB of each
+/// half. On the 2-core AMD EPYC (Zen 4), one thread, 3 x 768 x 3072 from memory (24 float32 or
+/// 12 float64 matrices): against no prefetch 1.07-1.25 x (96 steps 1.09-1.13 x); against
+/// panels stored step by step still 0.85-0.90 x in float32 (0.81-0.85 x without it), and
+/// 0.94-0.96 x from L2 or L3 (two instructions more a step). Prefetching into L1 16 or 48
+/// steps ahead had not helped; the same prefetch in the one-row and two-row passes (four and
+/// three halves side by side) ran 0.97 and 1.03 x.
+const PF_WIDE_HALVES: usize = 64;
 
 macro_rules! avx2_impl {
     ($module:ident, $T:ty, $MR:expr, $LANES:expr, $maskint:ty,
@@ -68,6 +78,26 @@ macro_rules! avx2_impl {
             const L: usize = $LANES;
             /// Columns of a packed B panel.
             const NR: usize = 4 * L;
+            /// Columns of half a panel.
+            const H: usize = 2 * L;
+
+            /// Where vector `u` of a run of vectors that starts at a half's first column lies,
+            /// for a panel whose second half is `hoff` values after its first.
+            #[inline(always)]
+            fn voff(u: usize, hoff: usize) -> usize {
+                if u * L < H {
+                    u * L
+                } else {
+                    hoff + u * L - H
+                }
+            }
+
+            /// Whether a B panel with steps `ldb` apart is packed (its halves stored whole, or
+            /// a copy in row order) rather than read in place.
+            #[inline(always)]
+            fn packed(ldb: usize) -> bool {
+                ldb == H || ldb == NR
+            }
 
             const fn mask_table() -> [$maskint; 2 * L] {
                 let mut t = [0 as $maskint; 2 * L];
@@ -105,6 +135,7 @@ macro_rules! avx2_impl {
                 a: *const $T,
                 b: *const $T,
                 ldb: usize,
+                hoff: usize,
                 c: *mut $T,
                 ldc: usize,
                 accumulate: bool,
@@ -132,12 +163,12 @@ macro_rules! avx2_impl {
                 // Packed B PF_B_PACKED steps ahead; B read in place (rows far apart, which the
                 // hardware prefetcher does not follow from memory) PF_B steps ahead. Addresses
                 // past the end are harmless (no fault).
-                let dist = if ldb == NR { PF_B_PACKED } else { PF_B };
+                let dist = if packed(ldb) { PF_B_PACKED } else { PF_B };
                 let mut pacer = Pacer::new(pf, every);
                 // One depth step. `two_lines`: the strip's values may span two cache lines, and
                 // both are fetched ahead: B read in place (rows at any address), or a strip of
-                // more than 64 bytes. A packed panel's lines are aligned, so a strip of at most
-                // two vectors reads one line a step.
+                // more than 64 bytes (in the two halves of a packed panel). A packed panel's
+                // lines are aligned, so a strip of at most two vectors reads one line a step.
                 //
                 // A step of the 6 x 16 strip is 12 FMAs and 8 loads (2 of B, 6 broadcasts of
                 // A); with its two prefetches and loop control the compiled loop was about 26
@@ -157,11 +188,12 @@ macro_rules! avx2_impl {
                     let ahead = bp.wrapping_add(dist * ldb);
                     _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
                     if two_lines {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(V * L - 1) as *const i8);
+                        let last = voff(V - 1, hoff) + L - 1;
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(last) as *const i8);
                     }
                     let mut bv = [$zero(); V];
                     for v in 0..V {
-                        bv[v] = $loadu(bp.add(v * L));
+                        bv[v] = $loadu(bp.add(voff(v, hoff)));
                     }
                     if COPY {
                         for v in 0..V {
@@ -178,7 +210,7 @@ macro_rules! avx2_impl {
                     ap = ap.add(MRS);
                     bp = bp.add(ldb);
                 };
-                if ldb == NR && V <= 2 {
+                if packed(ldb) && V <= 2 {
                     // Two steps an iteration: fewer instructions of loop control a step. (Not
                     // for a whole-panel strip of 1-3 rows, whose accumulators, B vectors and
                     // broadcast already fill the 16 registers: two steps would spill.)
@@ -190,7 +222,7 @@ macro_rules! avx2_impl {
                         step(false);
                     }
                 } else {
-                    let two_lines = ldb != NR || V * L * std::mem::size_of::<$T>() > 64;
+                    let two_lines = !packed(ldb) || V * L * std::mem::size_of::<$T>() > 64;
                     for _ in 0..kc {
                         step(two_lines);
                     }
@@ -222,6 +254,7 @@ macro_rules! avx2_impl {
                 a: *const $T,
                 b: *const $T,
                 ldb: usize,
+                hoff: usize,
                 c: *mut $T,
                 ldc: usize,
                 accumulate: bool,
@@ -238,12 +271,12 @@ macro_rules! avx2_impl {
                 // Copying, every strip of the panel is read (and copied whole).
                 let end = if COPY { NR } else { cols };
                 while j < end {
-                    let bj = b.add(j);
+                    let bj = crate::kernels::b_at(b, hoff, H, j);
                     if COPY && j >= cols {
                         // No live column of C left: the copy alone.
                         for k in 0..kc {
                             for v in 0..V {
-                                let x = $loadu(bj.add(k * ldb + v * L));
+                                let x = $loadu(bj.add(k * ldb + voff(v, hoff)));
                                 $storeu(dst.add(k * NR + j + v * L), x);
                             }
                         }
@@ -258,11 +291,11 @@ macro_rules! avx2_impl {
                         ($m:literal) => {
                             if PF && every > 0 {
                                 tile::<$m, V, MRS, COPY, true>(
-                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, dj, pfj, every,
+                                    cw, kc, a, bj, ldb, hoff, cj, ldc, accumulate, dj, pfj, every,
                                 )
                             } else {
                                 tile::<$m, V, MRS, COPY, false>(
-                                    cw, kc, a, bj, ldb, cj, ldc, accumulate, dj, pfj, 0,
+                                    cw, kc, a, bj, ldb, hoff, cj, ldc, accumulate, dj, pfj, 0,
                                 )
                             }
                         };
@@ -293,6 +326,7 @@ macro_rules! avx2_impl {
                 a: *const $T,
                 b: *const $T,
                 ldb: usize,
+                hoff: usize,
                 c: *mut $T,
                 ldc: usize,
                 accumulate: bool,
@@ -304,6 +338,7 @@ macro_rules! avx2_impl {
                     a,
                     b,
                     ldb,
+                    hoff,
                     c,
                     ldc,
                     accumulate,
@@ -328,6 +363,7 @@ macro_rules! avx2_impl {
                 a: *const $T,
                 b: *const $T,
                 ldb: usize,
+                hoff: usize,
                 c: *mut $T,
                 ldc: usize,
                 accumulate: bool,
@@ -341,6 +377,7 @@ macro_rules! avx2_impl {
                     a,
                     b,
                     ldb,
+                    hoff,
                     c,
                     ldc,
                     accumulate,
@@ -359,6 +396,7 @@ macro_rules! avx2_impl {
                 a: *const $T,
                 b: *const $T,
                 ldb: usize,
+                hoff: usize,
                 c: *mut $T,
                 ldc: usize,
                 accumulate: bool,
@@ -371,11 +409,11 @@ macro_rules! avx2_impl {
                     // pass, so that there are 4 to 12 accumulator chains rather than 2 to 6
                     // (two FMA pipes of latency 4 need 8 to stay busy).
                     strips::<4, { $MR }, COPY, PF>(
-                        rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst, pf, pf_lines,
+                        rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, dst, pf, pf_lines,
                     )
                 } else {
                     strips::<2, { $MR }, COPY, PF>(
-                        rows, cols, kc, a, b, ldb, c, ldc, accumulate, dst, pf, pf_lines,
+                        rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, dst, pf, pf_lines,
                     )
                 }
             }
@@ -403,6 +441,7 @@ macro_rules! avx2_impl {
                 a: *const $T,
                 b: *const $T,
                 ldb: usize,
+                hoff: usize,
                 c: *mut $T,
                 ldc: usize,
                 accumulate: bool,
@@ -415,6 +454,7 @@ macro_rules! avx2_impl {
                     a,
                     b,
                     ldb,
+                    hoff,
                     c,
                     ldc,
                     accumulate,
@@ -424,16 +464,16 @@ macro_rules! avx2_impl {
                 )
             }
 
-            /// `G` consecutive vectors (from vector `v0`, vector v being columns v L .. v L + L
+            /// `G` consecutive vectors (from vector `V0`, vector v being columns v L .. v L + L
             /// of the four panels side by side) of `M` rows through the depth block.
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn wide_group<const M: usize, const G: usize>(
-                v0: usize,
+            unsafe fn wide_group<const M: usize, const G: usize, const V0: usize>(
                 cols_last: usize,
                 kc: usize,
                 a: *const $T,
                 b: *const $T,
                 ldb: usize,
+                hoff: usize,
                 bstride: usize,
                 c: *mut $T,
                 ldc: usize,
@@ -448,12 +488,12 @@ macro_rules! avx2_impl {
                         cols_last.saturating_sub((v - 12) * L).min(L)
                     }
                 };
-                let boff = |v: usize| (v / 4) * bstride + (v % 4) * L;
+                let boff = |v: usize| (v / 4) * bstride + voff(v % 4, hoff);
                 let mut acc = [[$zero(); G]; M];
                 if accumulate {
                     for i in 0..M {
                         for g in 0..G {
-                            let v = v0 + g;
+                            let v = V0 + g;
                             let cp = c.add(i * ldc + v * L);
                             acc[i][g] = if live(v) == L {
                                 $loadu(cp)
@@ -465,12 +505,18 @@ macro_rules! avx2_impl {
                 }
                 let mut ap = a;
                 let mut bp = b;
-                let in_place = ldb != NR;
+                let in_place = !packed(ldb);
                 for _ in 0..kc {
                     if in_place {
                         for g in 0..G {
-                            let ahead = PF_WIDE * ldb + boff(v0 + g);
+                            let ahead = PF_WIDE * ldb + boff(V0 + g);
                             _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead) as *const i8);
+                        }
+                    } else if M == 3 && hoff != H {
+                        // Halves: a line of each a step (the pass reads one panel).
+                        for g in [0, G / 2] {
+                            let ahead = PF_WIDE_HALVES * ldb + boff(V0 + g);
+                            _mm_prefetch::<_MM_HINT_T1>(bp.wrapping_add(ahead) as *const i8);
                         }
                     }
                     let mut av = [$zero(); M];
@@ -478,7 +524,7 @@ macro_rules! avx2_impl {
                         av[i] = $set1(*ap.add(i));
                     }
                     for g in 0..G {
-                        let bv = $loadu(bp.add(boff(v0 + g)));
+                        let bv = $loadu(bp.add(boff(V0 + g)));
                         for i in 0..M {
                             acc[i][g] = $fmadd(av[i], bv, acc[i][g]);
                         }
@@ -488,7 +534,7 @@ macro_rules! avx2_impl {
                 }
                 for i in 0..M {
                     for g in 0..G {
-                        let v = v0 + g;
+                        let v = V0 + g;
                         let cp = c.add(i * ldc + v * L);
                         if live(v) == L {
                             $storeu(cp, acc[i][g]);
@@ -510,15 +556,16 @@ macro_rules! avx2_impl {
                 a: *const $T,
                 b: *const $T,
                 ldb: usize,
+                hoff: usize,
                 bstride: usize,
                 c: *mut $T,
                 ldc: usize,
                 accumulate: bool,
             ) {
                 macro_rules! group {
-                    ($m:literal, $g:literal, $v0:expr) => {
-                        wide_group::<$m, $g>(
-                            $v0, cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate,
+                    ($m:literal, $g:literal, $v0:literal) => {
+                        wide_group::<$m, $g, $v0>(
+                            cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate,
                         )
                     };
                 }
@@ -533,9 +580,10 @@ macro_rules! avx2_impl {
                         group!(2, 4, 12);
                     }
                     3 => {
-                        for v0 in [0, 4, 8, 12] {
-                            group!(3, 4, v0);
-                        }
+                        group!(3, 4, 0);
+                        group!(3, 4, 4);
+                        group!(3, 4, 8);
+                        group!(3, 4, 12);
                     }
                     _ => {}
                 }

@@ -34,6 +34,20 @@ pub const MR: usize = 6;
 const PF_FEW: usize = 64;
 const PF_MANY: usize = 32;
 
+/// Columns of half a panel.
+const H: usize = 16;
+
+/// Where the 8-value quarter `u` of a run of quarters that starts at a half's first column
+/// lies, for a panel whose second half is `hoff` values after its first.
+#[inline(always)]
+fn qoff(u: usize, hoff: usize) -> usize {
+    if u * 8 < H {
+        u * 8
+    } else {
+        hoff + u * 8 - H
+    }
+}
+
 /// 8 bfloat16 values at `p` as float32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -60,6 +74,7 @@ macro_rules! avx2_half {
             a: *const f32,
             b: *const $H,
             ldb: usize,
+            hoff: usize,
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
@@ -86,11 +101,16 @@ macro_rules! avx2_half {
                 if PF {
                     pacer.step();
                 }
-                // Past the panel's end is harmless: a prefetch never faults.
-                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(dist * ldb) as *const i8);
+                // Past the panel's end is harmless: a prefetch never faults. (The second half's
+                // line too, for a panel in halves when the pass reads both.)
+                let ahead = bp.wrapping_add(dist * ldb);
+                _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                if V > 2 && hoff != H {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(qoff(V - 1, hoff)) as *const i8);
+                }
                 let mut bv = [_mm256_setzero_ps(); V];
                 for v in 0..V {
-                    bv[v] = $widen(bp.add(v * 8));
+                    bv[v] = $widen(bp.add(qoff(v, hoff)));
                 }
                 for i in 0..M {
                     let ai = _mm256_set1_ps(*ap.add(i));
@@ -133,6 +153,7 @@ macro_rules! avx2_half {
             a: *const f32,
             b: *const $H,
             ldb: usize,
+            hoff: usize,
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
@@ -143,11 +164,16 @@ macro_rules! avx2_half {
             // `share` of the lines (all of them, or half with two passes) from `pf` on.
             macro_rules! pass {
                 ($m:literal, $v:literal, $cols:expr, $off:expr, $pf:expr, $share:expr) => {{
-                    let (b, c, every) = (b.add($off), c.add($off), Pacer::every(kc, $share));
+                    let b = crate::kernels::b_at(b, hoff, H, $off);
+                    let (c, every) = (c.add($off), Pacer::every(kc, $share));
                     if PF && every > 0 {
-                        $tile::<$m, $v, true>($cols, kc, a, b, ldb, c, ldc, accumulate, $pf, every)
+                        $tile::<$m, $v, true>(
+                            $cols, kc, a, b, ldb, hoff, c, ldc, accumulate, $pf, every,
+                        )
                     } else {
-                        $tile::<$m, $v, false>($cols, kc, a, b, ldb, c, ldc, accumulate, $pf, 0)
+                        $tile::<$m, $v, false>(
+                            $cols, kc, a, b, ldb, hoff, c, ldc, accumulate, $pf, 0,
+                        )
                     }
                 }};
             }
@@ -159,16 +185,9 @@ macro_rules! avx2_half {
             macro_rules! halves {
                 ($m:literal) => {{
                     let share = pf_lines.div_ceil(2);
-                    pass!($m, 2, cols.min(16), 0, pf, share);
-                    if cols > 16 {
-                        pass!(
-                            $m,
-                            2,
-                            cols - 16,
-                            16,
-                            Pacer::line(pf, share),
-                            pf_lines - share
-                        );
+                    pass!($m, 2, cols.min(H), 0, pf, share);
+                    if cols > H {
+                        pass!($m, 2, cols - H, H, Pacer::line(pf, share), pf_lines - share);
                     }
                 }};
             }
@@ -193,12 +212,13 @@ macro_rules! avx2_half {
             a: *const f32,
             b: *const $H,
             ldb: usize,
+            hoff: usize,
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
         ) {
             let none = std::ptr::null();
-            $passes::<false>(rows, cols, kc, a, b, ldb, c, ldc, accumulate, none, 0)
+            $passes::<false>(rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, none, 0)
         }
 
         /// The tile kernel that also prefetches `pf_lines` cache lines from `pf` on into L2,
@@ -215,13 +235,16 @@ macro_rules! avx2_half {
             a: *const f32,
             b: *const $H,
             ldb: usize,
+            hoff: usize,
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
             pf: *const $H,
             pf_lines: usize,
         ) {
-            $passes::<true>(rows, cols, kc, a, b, ldb, c, ldc, accumulate, pf, pf_lines)
+            $passes::<true>(
+                rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, pf, pf_lines,
+            )
         }
     };
 }

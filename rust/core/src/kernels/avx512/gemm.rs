@@ -79,6 +79,7 @@ macro_rules! avx512_kernel {
             a: *const $T,
             b: *const $T,
             ldb: usize,
+            hoff: usize,
             c: *mut $T,
             ldc: usize,
             accumulate: bool,
@@ -99,8 +100,9 @@ macro_rules! avx512_kernel {
             let mut bp = b;
             // B read in place (rows far apart) is prefetched by both types: the hardware
             // prefetcher does not follow it from memory. Packed B panels by both too, f32
-            // further ahead (see PF_B_PACKED_F32).
-            let dist = if ldb == 2 * $LANES { $pf_packed } else { PF_B };
+            // further ahead (see PF_B_PACKED_F32), each half of a panel on its own.
+            let packed = ldb == $LANES || ldb == 2 * $LANES;
+            let ahead = if packed { $pf_packed } else { PF_B } * ldb;
             let mut pacer = Pacer::new(pf, every);
             for _ in 0..kc {
                 if PF {
@@ -108,10 +110,10 @@ macro_rules! avx512_kernel {
                 }
                 // Addresses past the panels' ends are harmless: a prefetch never faults.
                 _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(PF_A * $MR) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(dist * ldb) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(dist * ldb + $LANES) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead + hoff) as *const i8);
                 let b0 = $loadu(bp);
-                let b1 = $loadu(bp.add($LANES));
+                let b1 = $loadu(bp.add(hoff));
                 for i in 0..M {
                     let ai = $set1(*ap.add(i));
                     acc0[i] = $fmadd(ai, b0, acc0[i]);
@@ -135,6 +137,7 @@ macro_rules! avx512_kernel {
             a: *const $T,
             b: *const $T,
             ldb: usize,
+            hoff: usize,
             bstride: usize,
             c: *mut $T,
             ldc: usize,
@@ -163,16 +166,16 @@ macro_rules! avx512_kernel {
                 for i in 0..M {
                     av[i] = $set1(*ap.add(i));
                 }
-                if ldb != NR {
+                if ldb != NR && ldb != $LANES {
                     // B read in place: rows far apart, which the hardware prefetcher does not
                     // follow; ask for the row PF_WIDE steps ahead of each panel.
                     for v in 0..8 {
-                        let ahead = PF_WIDE * ldb + (v / 2) * bstride + (v % 2) * $LANES;
+                        let ahead = PF_WIDE * ldb + (v / 2) * bstride + (v % 2) * hoff;
                         _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead) as *const i8);
                     }
                 }
                 for v in 0..8 {
-                    let bv = $loadu(bp.add((v / 2) * bstride + (v % 2) * $LANES));
+                    let bv = $loadu(bp.add((v / 2) * bstride + (v % 2) * hoff));
                     for i in 0..M {
                         acc[i][v] = $fmadd(av[i], bv, acc[i][v]);
                     }
@@ -291,7 +294,7 @@ macro_rules! avx512_kernel {
 
         /// # Safety
         /// As for the tile kernel, with 4 B panels `bstride` values apart (the last one with
-        /// `cols_last` live columns, each step `ldb` values after the one before) and C
+        /// `cols_last` live columns, each laid out as `ldb` and `hoff` say) and C
         /// `rows` x (3 NR + cols_last); rows <= 3.
         pub unsafe fn $wide_entry(
             rows: usize,
@@ -300,23 +303,24 @@ macro_rules! avx512_kernel {
             a: *const $T,
             b: *const $T,
             ldb: usize,
+            hoff: usize,
             bstride: usize,
             c: *mut $T,
             ldc: usize,
             accumulate: bool,
         ) {
             match rows {
-                3 => $wide::<3>(cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate),
-                2 => $wide::<2>(cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate),
-                1 => $wide::<1>(cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate),
+                3 => $wide::<3>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
+                2 => $wide::<2>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
+                1 => $wide::<1>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
                 _ => {}
             }
         }
 
         /// # Safety
-        /// The CPU supports AVX-512F; `a` holds `kc * MR` values; `b` holds `kc` rows of NR
-        /// readable values `ldb` apart; C has `rows` rows of `cols` writable values `ldc`
-        /// apart.
+        /// The CPU supports AVX-512F; `a` holds `kc * MR` values; `b` holds `kc` steps of NR
+        /// readable values laid out as `ldb` and `hoff` say (see the kernels' contract); C has
+        /// `rows` rows of `cols` writable values `ldc` apart.
         pub unsafe fn $entry(
             rows: usize,
             cols: usize,
@@ -324,6 +328,7 @@ macro_rules! avx512_kernel {
             a: *const $T,
             b: *const $T,
             ldb: usize,
+            hoff: usize,
             c: *mut $T,
             ldc: usize,
             accumulate: bool,
@@ -333,7 +338,7 @@ macro_rules! avx512_kernel {
                 $tile,
                 false,
                 rows,
-                (cols, kc, a, b, ldb, c, ldc, accumulate, none, 0)
+                (cols, kc, a, b, ldb, hoff, c, ldc, accumulate, none, 0)
             )
         }
 
@@ -351,6 +356,7 @@ macro_rules! avx512_kernel {
             a: *const $T,
             b: *const $T,
             ldb: usize,
+            hoff: usize,
             c: *mut $T,
             ldc: usize,
             accumulate: bool,
@@ -358,14 +364,14 @@ macro_rules! avx512_kernel {
             pf_lines: usize,
         ) {
             if pf_lines == 0 {
-                $entry(rows, cols, kc, a, b, ldb, c, ldc, accumulate)
+                $entry(rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate)
             } else {
                 let every = Pacer::every(kc, pf_lines);
                 by_rows!(
                     $tile,
                     true,
                     rows,
-                    (cols, kc, a, b, ldb, c, ldc, accumulate, pf, every)
+                    (cols, kc, a, b, ldb, hoff, c, ldc, accumulate, pf, every)
                 )
             }
         }

@@ -14,7 +14,8 @@ use std::arch::x86_64::*;
 pub const MR: usize = 12;
 
 /// Software prefetch of the packed 16-bit B panels, in depth steps ahead (one step of a panel
-/// is 64 bytes, one cache line). The tile kernel: 64 steps = 4 KiB; the wide kernel, which
+/// is 64 bytes, one cache line; 16-bit panels are stored step by step). The tile kernel: 64
+/// steps = 4 KiB; the wide kernel, which
 /// reads four panels side by side: 16 steps of each = 4 KiB in all. On the 2-core Sapphire
 /// Rapids Xeon, one thread, GPT-2 small decode with float16 weights (alternating in one
 /// process): 8 sequences 155-163 -> 222-241 tokens/s (16 steps: 190-206); one sequence
@@ -42,6 +43,9 @@ unsafe fn widen_f16(p: *const F16) -> __m512 {
     _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
 }
 
+/// Columns of a panel.
+const NR: usize = 32;
+
 #[inline(always)]
 fn lane_mask(live: usize) -> __mmask16 {
     ((1u32 << live.min(16)) - 1) as __mmask16
@@ -56,6 +60,7 @@ macro_rules! avx512_half {
             a: *const f32,
             b: *const $H,
             ldb: usize,
+            hoff: usize,
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
@@ -76,11 +81,17 @@ macro_rules! avx512_half {
             // PF_TILE ahead; a full tile belongs to a larger product that reads the panel from
             // L2 once per tile: PF_TILE_FULL ahead.
             let dist = if M < MR { PF_TILE } else { PF_TILE_FULL };
+            // A panel in halves (its step's two halves in two lines), else step by step.
+            let halves = hoff != NR / 2;
             for _ in 0..kc {
                 // Past the panel's end is harmless: a prefetch never faults.
-                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(dist * ldb) as *const i8);
+                let ahead = bp.wrapping_add(dist * ldb);
+                _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                if halves {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(hoff) as *const i8);
+                }
                 let b0 = $widen(bp);
-                let b1 = $widen(bp.add(16));
+                let b1 = $widen(bp.add(hoff));
                 for i in 0..M {
                     let ai = _mm512_set1_ps(*ap.add(i));
                     acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
@@ -102,12 +113,12 @@ macro_rules! avx512_half {
             a: *const f32,
             b: *const $H,
             ldb: usize,
+            hoff: usize,
             bstride: usize,
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
         ) {
-            const NR: usize = 32;
             let full: __mmask16 = !0;
             let masks = [
                 full,
@@ -132,17 +143,28 @@ macro_rules! avx512_half {
             }
             let mut ap = a;
             let mut bp = b;
-            for _ in 0..kc {
-                for q in 0..4 {
-                    let ahead = PF_WIDE * ldb + q * bstride;
-                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead) as *const i8);
+            let halves = hoff != NR / 2;
+            for kk in 0..kc {
+                if !halves {
+                    // Step by step: a step of each panel is one line.
+                    for q in 0..4 {
+                        let ahead = PF_WIDE * ldb + q * bstride;
+                        _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead) as *const i8);
+                    }
+                } else if kk % 2 == 0 {
+                    // Each half of each panel, every other step (a half's step is half a line).
+                    for q in 0..4 {
+                        let ahead = bp.wrapping_add(PF_WIDE * ldb + q * bstride);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(hoff) as *const i8);
+                    }
                 }
                 let mut av = [_mm512_setzero_ps(); M];
                 for i in 0..M {
                     av[i] = _mm512_set1_ps(*ap.add(i));
                 }
                 for v in 0..8 {
-                    let bv = $widen(bp.add((v / 2) * bstride + (v % 2) * 16));
+                    let bv = $widen(bp.add((v / 2) * bstride + (v % 2) * hoff));
                     for i in 0..M {
                         acc[i][v] = _mm512_fmadd_ps(av[i], bv, acc[i][v]);
                     }
@@ -170,15 +192,16 @@ macro_rules! avx512_half {
             a: *const f32,
             b: *const $H,
             ldb: usize,
+            hoff: usize,
             bstride: usize,
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
         ) {
             match rows {
-                3 => $wide::<3>(cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate),
-                2 => $wide::<2>(cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate),
-                1 => $wide::<1>(cols_last, kc, a, b, ldb, bstride, c, ldc, accumulate),
+                3 => $wide::<3>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
+                2 => $wide::<2>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
+                1 => $wide::<1>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
                 _ => {}
             }
         }
@@ -192,23 +215,24 @@ macro_rules! avx512_half {
             a: *const f32,
             b: *const $H,
             ldb: usize,
+            hoff: usize,
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
         ) {
             match rows {
-                12 => $tile::<12>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                11 => $tile::<11>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                10 => $tile::<10>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                9 => $tile::<9>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                8 => $tile::<8>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                7 => $tile::<7>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                6 => $tile::<6>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                5 => $tile::<5>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                4 => $tile::<4>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                3 => $tile::<3>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                2 => $tile::<2>(cols, kc, a, b, ldb, c, ldc, accumulate),
-                1 => $tile::<1>(cols, kc, a, b, ldb, c, ldc, accumulate),
+                12 => $tile::<12>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                11 => $tile::<11>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                10 => $tile::<10>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                9 => $tile::<9>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                8 => $tile::<8>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                7 => $tile::<7>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                6 => $tile::<6>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                5 => $tile::<5>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                4 => $tile::<4>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                3 => $tile::<3>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                2 => $tile::<2>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
+                1 => $tile::<1>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
                 _ => {}
             }
         }

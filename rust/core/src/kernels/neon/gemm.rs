@@ -122,8 +122,10 @@ macro_rules! neon_blocks {
      $zero:ident, $ld:ident, $ldb:ident, $st:ident, $fma_lane:ident) => {
         /// One register block: rows `0..R` of the A panel at `a` (12 values per depth step)
         /// against `P` B pieces of `W` vectors (piece p at `b + p * bstride`, steps `ldb`
-        /// apart), C at `c` with `P * W * LANES` consecutive columns of which the first `live`
-        /// are in the tile. With `P > 1` each piece is a whole panel (`W * LANES == NR`).
+        /// apart, a piece of a whole panel in its two halves `hoff` apart, see the kernels'
+        /// contract), C at `c` with `P * W * LANES` consecutive columns of which the first
+        /// `live` are in the tile. With `P > 1` each piece is a whole panel (`W * LANES ==
+        /// NR`); a piece of fewer columns lies within one half.
         #[inline(always)]
         unsafe fn $block<const R: usize, const P: usize, const W: usize>(
             live: usize,
@@ -131,12 +133,16 @@ macro_rules! neon_blocks {
             a: *const $T,
             b: *const $B,
             ldb: usize,
+            hoff: usize,
             bstride: usize,
             c: *mut $T,
             ldc: usize,
             accumulate: bool,
         ) {
             const L: usize = $L;
+            // Columns of half a panel, and where vector w of a piece lies.
+            const H: usize = 4 * $L;
+            let voff = |w: usize| if w * L < H { w * L } else { hoff + w * L - H };
             let full = live >= P * W * L;
             let mut acc = [[[$zero(); W]; P]; R];
             if accumulate {
@@ -170,7 +176,7 @@ macro_rules! neon_blocks {
                 }
                 for p in 0..P {
                     for w in 0..W {
-                        let bv = $ldb(bp.add(p * bstride + w * L));
+                        let bv = $ldb(bp.add(p * bstride + voff(w)));
                         for r in 0..R {
                             acc[r][p][w] = $fma_lane(acc[r][p][w], bv, av[r / L], r % L);
                         }
@@ -225,6 +231,7 @@ macro_rules! neon_blocks {
             a: *const $T,
             b: *const $B,
             ldb: usize,
+            hoff: usize,
             c: *mut $T,
             ldc: usize,
             accumulate: bool,
@@ -233,7 +240,8 @@ macro_rules! neon_blocks {
             let width = W * $L;
             let mut j = 0;
             while j < cols && j < GROUP {
-                $block::<R, 1, W>(cols - j, kc, a, b.add(j), ldb, 0, c.add(j), ldc, accumulate);
+                let bj = crate::kernels::b_at(b, hoff, 4 * $L, j);
+                $block::<R, 1, W>(cols - j, kc, a, bj, ldb, hoff, 0, c.add(j), ldc, accumulate);
                 j += width;
             }
         }
@@ -251,6 +259,7 @@ macro_rules! neon_blocks {
             a: *const $T,
             b: *const $B,
             ldb: usize,
+            hoff: usize,
             bstride: usize,
             c: *mut $T,
             ldc: usize,
@@ -267,6 +276,7 @@ macro_rules! neon_blocks {
                             a,
                             b.add(2 * pair * bstride),
                             ldb,
+                            hoff,
                             bstride,
                             c.add(2 * NR * pair),
                             ldc,
@@ -279,9 +289,9 @@ macro_rules! neon_blocks {
                         let live = cols - q * NR;
                         let (bq, cq) = (b.add(q * bstride), c.add(q * NR));
                         if rows == 2 {
-                            $block::<2, 1, 8>(live, kc, a, bq, ldb, 0, cq, ldc, accumulate);
+                            $block::<2, 1, 8>(live, kc, a, bq, ldb, hoff, 0, cq, ldc, accumulate);
                         } else {
-                            $block::<3, 1, 8>(live, kc, a, bq, ldb, 0, cq, ldc, accumulate);
+                            $block::<3, 1, 8>(live, kc, a, bq, ldb, hoff, 0, cq, ldc, accumulate);
                         }
                     }
                 }
@@ -517,8 +527,9 @@ fn zero_f64() -> float64x2_t {
 macro_rules! f32_tile_entry {
     ($entry:ident, $tile:ident, $B:ty) => {
         /// # Safety
-        /// `a` holds `kc * 12` values; `b` holds `kc` rows of NR readable values `ldb` apart;
-        /// C has `rows` rows of `cols` writable values `ldc` apart.
+        /// `a` holds `kc * 12` values; `b` holds `kc` steps of NR readable values laid out as
+        /// `ldb` and `hoff` say (see the kernels' contract); C has `rows` rows of `cols`
+        /// writable values `ldc` apart.
         pub unsafe fn $entry(
             rows: usize,
             cols: usize,
@@ -526,13 +537,14 @@ macro_rules! f32_tile_entry {
             a: *const f32,
             b: *const $B,
             ldb: usize,
+            hoff: usize,
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
         ) {
             macro_rules! run {
                 ($r:literal, $w:literal) => {
-                    $tile::<$r, $w>(cols, kc, a, b, ldb, c, ldc, accumulate)
+                    $tile::<$r, $w>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate)
                 };
             }
             match rows {
@@ -567,6 +579,7 @@ pub unsafe fn kernel_f64(
     a: *const f64,
     b: *const f64,
     ldb: usize,
+    hoff: usize,
     c: *mut f64,
     ldc: usize,
     accumulate: bool,
@@ -575,11 +588,12 @@ pub unsafe fn kernel_f64(
     // (A's 12-value steps read from value 6 on).
     macro_rules! run {
         ($r:literal, $w:literal) => {
-            tile_f64::<$r, $w>(cols, kc, a, b, ldb, c, ldc, accumulate)
+            tile_f64::<$r, $w>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate)
         };
         ($r:literal, $w:literal, $r2:literal, $w2:literal) => {{
-            tile_f64::<$r, $w>(cols, kc, a, b, ldb, c, ldc, accumulate);
-            tile_f64::<$r2, $w2>(cols, kc, a.add(6), b, ldb, c.add(6 * ldc), ldc, accumulate);
+            tile_f64::<$r, $w>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate);
+            let (a2, c2) = (a.add(6), c.add(6 * ldc));
+            tile_f64::<$r2, $w2>(cols, kc, a2, b, ldb, hoff, c2, ldc, accumulate);
         }};
     }
     match rows {

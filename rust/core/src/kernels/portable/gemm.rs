@@ -1,10 +1,12 @@
 //! The portable micro-kernel: plain Rust loops over a runtime tile.
+use crate::kernels::b_at;
 use crate::Element;
 
 pub const MR: usize = 4;
 
 /// # Safety
-/// `a` holds `kc * MR` values, `b` holds `kc` rows of `cols` readable values `ldb` apart,
+/// `a` holds `kc * MR` values, `b` holds `kc` steps of `cols` readable values (laid out as
+/// `ldb` and `hoff` say: see the kernels' contract),
 /// and C has `rows` rows of `cols` writable values `ldc` apart.
 pub unsafe fn kernel<T: Element>(
     rows: usize,
@@ -13,10 +15,12 @@ pub unsafe fn kernel<T: Element>(
     a: *const T,
     b: *const T,
     ldb: usize,
+    hoff: usize,
     c: *mut T,
     ldc: usize,
     accumulate: bool,
 ) {
+    let h = T::NR / 2;
     let mut acc = [[T::ZERO; 32]; MR];
     if accumulate {
         for i in 0..rows {
@@ -31,7 +35,7 @@ pub unsafe fn kernel<T: Element>(
         for i in 0..rows {
             let ai = *ak.add(i);
             for j in 0..cols {
-                acc[i][j] = ai.mul_add(*bk.add(j), acc[i][j]);
+                acc[i][j] = ai.mul_add(*b_at(bk, hoff, h, j), acc[i][j]);
             }
         }
     }

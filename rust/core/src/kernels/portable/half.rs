@@ -2,23 +2,26 @@
 //! as it is read. Every family falls back on these when it has no half-size kernels of its own.
 
 use super::gemm::MR;
+use crate::gemm::PanelValue;
 use crate::half::HalfFormat;
-use crate::kernels::GemmKernels;
+use crate::kernels::{b_at, GemmKernels};
 use crate::Element;
 
 /// # Safety
 /// As for [`super::gemm::kernel`], with B holding 16-bit values.
-pub unsafe fn kernel<T: Element, H: HalfFormat>(
+pub unsafe fn kernel<T: Element, H: HalfFormat + PanelValue>(
     rows: usize,
     cols: usize,
     kc: usize,
     a: *const T,
     b: *const H,
     ldb: usize,
+    hoff: usize,
     c: *mut T,
     ldc: usize,
     accumulate: bool,
 ) {
+    let h = H::PANEL_NR / 2;
     let mut acc = [[T::ZERO; 32]; MR];
     if accumulate {
         for i in 0..rows {
@@ -32,7 +35,7 @@ pub unsafe fn kernel<T: Element, H: HalfFormat>(
         let bk = b.add(kk * ldb);
         for j in 0..cols {
             // float32 -> T is exact for both compute types.
-            bw[j] = T::from_f64((*bk.add(j)).to_f32() as f64);
+            bw[j] = T::from_f64((*b_at(bk, hoff, h, j)).to_f32() as f64);
         }
         let ak = a.add(kk * MR);
         for i in 0..rows {
@@ -49,7 +52,7 @@ pub unsafe fn kernel<T: Element, H: HalfFormat>(
     }
 }
 
-pub fn half_kernels<T: Element, H: HalfFormat>() -> GemmKernels<T, H> {
+pub fn half_kernels<T: Element, H: HalfFormat + PanelValue>() -> GemmKernels<T, H> {
     GemmKernels {
         mr: MR,
         tile: kernel::<T, H>,
