@@ -196,7 +196,7 @@ impl<T: PanelValue> PackedB<T> {
     /// [`PackedB::pack_into`] laid out for `kernel`.
     pub fn pack_into_for(b: MatRef<'_, T>, data: Vec<T>, kernel: Kernel) -> PackedB<T> {
         let start = line_start::<T>(data.as_ptr() as usize);
-        Self::pack_at(b, data, start, T::HALVES && kernel.half_panels())
+        Self::pack_at(b, data, start, kernel.half_panels())
     }
 
     /// [`PackedB::pack_into`] with the panels starting `start` values into `data` (fewer
@@ -376,8 +376,7 @@ impl<T: PanelValue> PackedB<T> {
     #[inline(always)]
     fn offset(halves: bool, kc: usize, kk: usize, j: usize) -> usize {
         let (ldb, hoff) = Self::layout_of(halves, kc);
-        let h = T::PANEL_NR / 2;
-        (j / h) * hoff + kk * ldb + j % h
+        kk * ldb + crate::kernels::half_offset(j, T::PANEL_NR / 2, hoff)
     }
 
     /// The row stride and the second half's offset a kernel reads a panel of a `kc`-step

@@ -88,15 +88,22 @@ pub type TilePrefetchFn<T, W = T> = unsafe fn(
 pub type WideFn<T, W = T> =
     unsafe fn(usize, usize, usize, *const T, *const W, usize, usize, usize, *mut T, usize, bool);
 
-/// Where value `j` (< NR) of a depth step that starts at `b` lies, for a panel whose second
-/// half is `hoff` values after its first (see the module's contract); `h` is half the panel.
+/// Where value `j` (< NR) of a depth step lies, in values from the step's first, for a panel
+/// whose second half is `hoff` values after its first (see the module's contract); `h` is
+/// half the panel.
+#[inline(always)]
+pub const fn half_offset(j: usize, h: usize, hoff: usize) -> usize {
+    if j < h {
+        j
+    } else {
+        hoff + (j - h)
+    }
+}
+
+/// Where value `j` (< NR) of a depth step that starts at `b` lies ([`half_offset`]).
 #[inline(always)]
 pub fn b_at<W>(b: *const W, hoff: usize, h: usize, j: usize) -> *const W {
-    if j < h {
-        b.wrapping_add(j)
-    } else {
-        b.wrapping_add(hoff + (j - h))
-    }
+    b.wrapping_add(half_offset(j, h, hoff))
 }
 
 /// `(rows, cols, k, a, lda, b, ldb, c, ldc)`: C (rows x cols) = A (rows x k, rows `lda` apart,

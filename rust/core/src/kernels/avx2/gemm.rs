@@ -85,11 +85,7 @@ macro_rules! avx2_impl {
             /// for a panel whose second half is `hoff` values after its first.
             #[inline(always)]
             fn voff(u: usize, hoff: usize) -> usize {
-                if u * L < H {
-                    u * L
-                } else {
-                    hoff + u * L - H
-                }
+                crate::kernels::half_offset(u * L, H, hoff)
             }
 
             /// Whether a B panel with steps `ldb` apart is packed (its halves stored whole, or

@@ -41,11 +41,7 @@ const H: usize = 16;
 /// lies, for a panel whose second half is `hoff` values after its first.
 #[inline(always)]
 fn qoff(u: usize, hoff: usize) -> usize {
-    if u * 8 < H {
-        u * 8
-    } else {
-        hoff + u * 8 - H
-    }
+    crate::kernels::half_offset(u * 8, H, hoff)
 }
 
 /// 8 bfloat16 values at `p` as float32.

@@ -142,7 +142,7 @@ macro_rules! neon_blocks {
             const L: usize = $L;
             // Columns of half a panel, and where vector w of a piece lies.
             const H: usize = 4 * $L;
-            let voff = |w: usize| if w * L < H { w * L } else { hoff + w * L - H };
+            let voff = |w: usize| crate::kernels::half_offset(w * L, H, hoff);
             let full = live >= P * W * L;
             let mut acc = [[[$zero(); W]; P]; R];
             if accumulate {
