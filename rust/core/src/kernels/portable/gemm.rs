@@ -1,6 +1,6 @@
 //! The portable micro-kernel: plain Rust loops over a runtime tile.
+use super::fma::RowFma;
 use crate::kernels::b_at;
-use crate::Element;
 
 pub const MR: usize = 4;
 
@@ -8,7 +8,7 @@ pub const MR: usize = 4;
 /// `a` holds `kc * MR` values, `b` holds `kc` steps of `cols` readable values (laid out as
 /// `ldb` and `hoff` say: see the kernels' contract),
 /// and C has `rows` rows of `cols` writable values `ldc` apart.
-pub unsafe fn kernel<T: Element>(
+pub unsafe fn kernel<T: RowFma>(
     rows: usize,
     cols: usize,
     kc: usize,
@@ -29,14 +29,17 @@ pub unsafe fn kernel<T: Element>(
             }
         }
     }
+    // A step's B values in a row of 32 (the lanes past `cols` stay 0: their sums are never
+    // stored), so that each row's update is one fixed-width loop.
+    let mut bk = [T::ZERO; 32];
     for kk in 0..kc {
-        let bk = b.add(kk * ldb);
+        let step = b.add(kk * ldb);
+        for (j, v) in bk.iter_mut().enumerate().take(cols) {
+            *v = *b_at(step, hoff, h, j);
+        }
         let ak = a.add(kk * MR);
-        for i in 0..rows {
-            let ai = *ak.add(i);
-            for j in 0..cols {
-                acc[i][j] = ai.mul_add(*b_at(bk, hoff, h, j), acc[i][j]);
-            }
+        for (i, row) in acc.iter_mut().enumerate().take(rows) {
+            T::fma_row(*ak.add(i), &bk, row);
         }
     }
     for i in 0..rows {

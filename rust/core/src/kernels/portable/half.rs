@@ -1,15 +1,15 @@
 //! Portable kernels against half-size B: the plain tile loop, each B value widened (exactly)
 //! as it is read. Every family falls back on these when it has no half-size kernels of its own.
 
+use super::fma::RowFma;
 use super::gemm::MR;
 use crate::gemm::PanelValue;
 use crate::half::HalfFormat;
 use crate::kernels::{b_at, GemmKernels};
-use crate::Element;
 
 /// # Safety
 /// As for [`super::gemm::kernel`], with B holding 16-bit values.
-pub unsafe fn kernel<T: Element, H: HalfFormat + PanelValue>(
+pub unsafe fn kernel<T: RowFma, H: HalfFormat + PanelValue>(
     rows: usize,
     cols: usize,
     kc: usize,
@@ -38,11 +38,8 @@ pub unsafe fn kernel<T: Element, H: HalfFormat + PanelValue>(
             bw[j] = T::from_f64((*b_at(bk, hoff, h, j)).to_f32() as f64);
         }
         let ak = a.add(kk * MR);
-        for i in 0..rows {
-            let ai = *ak.add(i);
-            for j in 0..cols {
-                acc[i][j] = ai.mul_add(bw[j], acc[i][j]);
-            }
+        for (i, row) in acc.iter_mut().enumerate().take(rows) {
+            T::fma_row(*ak.add(i), &bw, row);
         }
     }
     for i in 0..rows {
@@ -52,7 +49,7 @@ pub unsafe fn kernel<T: Element, H: HalfFormat + PanelValue>(
     }
 }
 
-pub fn half_kernels<T: Element, H: HalfFormat + PanelValue>() -> GemmKernels<T, H> {
+pub fn half_kernels<T: RowFma, H: HalfFormat + PanelValue>() -> GemmKernels<T, H> {
     GemmKernels {
         mr: MR,
         tile: kernel::<T, H>,

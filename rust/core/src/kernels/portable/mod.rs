@@ -1,7 +1,8 @@
-//! The portable family: plain Rust, correct on any CPU (`mul_add` is a fused multiply-add
-//! everywhere, in hardware where the CPU has it); generic code is compiled for the target's
-//! baseline.
+//! The portable family: plain Rust, correct on any CPU (a fused multiply-add everywhere: in
+//! hardware where the build targets it, else float32 from float64 arithmetic, see [`fma`]);
+//! generic code is compiled for the target's baseline.
 
+mod fma;
 mod gemm;
 mod half;
 
