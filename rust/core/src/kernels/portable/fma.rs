@@ -18,12 +18,18 @@ pub trait RowFma: Element {
     fn fma_row(a: Self, b: &[Self; 32], acc: &mut [Self; 32]);
 }
 
+/// The row by `mul_add`: one instruction each where the build has FMA.
+#[inline(always)]
+fn mul_add_row<T: Element>(a: T, b: &[T; 32], acc: &mut [T; 32]) {
+    for j in 0..32 {
+        acc[j] = a.mul_add(b[j], acc[j]);
+    }
+}
+
 impl RowFma for f64 {
     #[inline(always)]
     fn fma_row(a: f64, b: &[f64; 32], acc: &mut [f64; 32]) {
-        for j in 0..32 {
-            acc[j] = a.mul_add(b[j], acc[j]);
-        }
+        mul_add_row(a, b, acc)
     }
 }
 
@@ -33,9 +39,7 @@ impl RowFma for f32 {
         if cfg!(all(target_arch = "x86_64", not(target_feature = "fma"))) {
             fma_row_f32_by_f64(a, b, acc)
         } else {
-            for j in 0..32 {
-                acc[j] = a.mul_add(b[j], acc[j]);
-            }
+            mul_add_row(a, b, acc)
         }
     }
 }

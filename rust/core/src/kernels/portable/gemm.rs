@@ -1,5 +1,6 @@
 //! The portable micro-kernel: plain Rust loops over a runtime tile.
 use super::fma::RowFma;
+use crate::gemm::PanelValue;
 use crate::kernels::b_at;
 
 pub const MR: usize = 4;
@@ -20,7 +21,29 @@ pub unsafe fn kernel<T: RowFma>(
     ldc: usize,
     accumulate: bool,
 ) {
-    let h = T::NR / 2;
+    tile(rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, |v| v)
+}
+
+/// The tile loop of the portable kernels, for B holding `W` values that `widen` turns (exactly)
+/// into the compute type as they are read.
+///
+/// # Safety
+/// As for [`kernel`], with B holding `W` values.
+#[inline(always)]
+pub(super) unsafe fn tile<T: RowFma, W: PanelValue>(
+    rows: usize,
+    cols: usize,
+    kc: usize,
+    a: *const T,
+    b: *const W,
+    ldb: usize,
+    hoff: usize,
+    c: *mut T,
+    ldc: usize,
+    accumulate: bool,
+    widen: impl Fn(W) -> T,
+) {
+    let h = W::PANEL_NR / 2;
     let mut acc = [[T::ZERO; 32]; MR];
     if accumulate {
         for i in 0..rows {
@@ -35,7 +58,7 @@ pub unsafe fn kernel<T: RowFma>(
     for kk in 0..kc {
         let step = b.add(kk * ldb);
         for (j, v) in bk.iter_mut().enumerate().take(cols) {
-            *v = *b_at(step, hoff, h, j);
+            *v = widen(*b_at(step, hoff, h, j));
         }
         let ak = a.add(kk * MR);
         for (i, row) in acc.iter_mut().enumerate().take(rows) {

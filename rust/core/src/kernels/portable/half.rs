@@ -2,10 +2,10 @@
 //! as it is read. Every family falls back on these when it has no half-size kernels of its own.
 
 use super::fma::RowFma;
-use super::gemm::MR;
+use super::gemm::{tile, MR};
 use crate::gemm::PanelValue;
 use crate::half::HalfFormat;
-use crate::kernels::{b_at, GemmKernels};
+use crate::kernels::GemmKernels;
 
 /// # Safety
 /// As for [`super::gemm::kernel`], with B holding 16-bit values.
@@ -21,32 +21,9 @@ pub unsafe fn kernel<T: RowFma, H: HalfFormat + PanelValue>(
     ldc: usize,
     accumulate: bool,
 ) {
-    let h = H::PANEL_NR / 2;
-    let mut acc = [[T::ZERO; 32]; MR];
-    if accumulate {
-        for i in 0..rows {
-            for j in 0..cols {
-                acc[i][j] = *c.add(i * ldc + j);
-            }
-        }
-    }
-    let mut bw = [T::ZERO; 32];
-    for kk in 0..kc {
-        let bk = b.add(kk * ldb);
-        for j in 0..cols {
-            // float32 -> T is exact for both compute types.
-            bw[j] = T::from_f64((*b_at(bk, hoff, h, j)).to_f32() as f64);
-        }
-        let ak = a.add(kk * MR);
-        for (i, row) in acc.iter_mut().enumerate().take(rows) {
-            T::fma_row(*ak.add(i), &bw, row);
-        }
-    }
-    for i in 0..rows {
-        for j in 0..cols {
-            *c.add(i * ldc + j) = acc[i][j];
-        }
-    }
+    // float32 -> T is exact for both compute types.
+    let widen = |v: H| T::from_f64(v.to_f32() as f64);
+    tile(rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, widen)
 }
 
 pub fn half_kernels<T: RowFma, H: HalfFormat + PanelValue>() -> GemmKernels<T, H> {
