@@ -233,6 +233,27 @@ def test_b_packed_in_the_call_into_kept_memory(dtype):
         gptcore.matmul(a, np.full((768, 512), np.nan, dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_plain_b_packed_in_the_call_in_slabs_or_one_piece(dtype):
+    # A plain b of more than 1 MiB packed for the call: in slabs of columns, or in one piece
+    # (float64 from 768 rows with the AVX2 kernels). Just below and at that bound: the
+    # reference's bits on every kernel and 1 to 3 threads.
+    rng = np.random.default_rng(41)
+    k, n = 300, 1100
+    b = rng.standard_normal((k, n)).astype(dtype)
+    before = gptcore.get_num_threads()
+    try:
+        for m in (767, 768):
+            a = rng.standard_normal((m, k)).astype(dtype)
+            want = gptcore.matmul_reference(a, b)
+            for kern in KERNELS:
+                for threads in (1, 2, 3):
+                    gptcore.set_num_threads(threads)
+                    assert np.array_equal(gptcore.matmul(a, b, kernel=kern), want), (kern, m, threads)
+    finally:
+        gptcore.set_num_threads(before)
+
+
 def test_zero_sizes():
     for dt in (np.float32, np.float64):
         assert gptcore.matmul(np.zeros((3, 0), dt), np.zeros((0, 4), dt)).tolist() == [[0.0] * 4] * 3

@@ -282,7 +282,14 @@ pub fn gemm<T: GemmElement>(
     match b {
         Rhs::Packed(p) => run(a, &BSource::Packed(p), c, ldc, opts),
         Rhs::PackHere(v) => {
-            let slab = slab_cols::<T>(a.rows, v.rows, v.cols, crate::threads::num_threads());
+            let several_passes = T::gemm_kernels(opts.kernel).tile_copy.is_some();
+            let slab = slab_cols::<T>(
+                a.rows,
+                v.rows,
+                v.cols,
+                crate::threads::num_threads(),
+                several_passes,
+            );
             if slab < v.cols {
                 pack_by_slabs(a, v, slab, c, ldc, opts);
                 return Ok(());
@@ -345,19 +352,41 @@ pub fn gemm_packed<T: GemmElement + KernelsFor<W>, W: PanelValue>(
 /// half of a 2 MiB L2 cache.
 pub const SLAB_BYTES: usize = 1 << 20;
 
+/// Rows of A from which a plain float64 B is packed in one piece rather than in slabs, for a
+/// family whose tile reads a panel in several passes (it has a copying tile kernel: AVX2).
+/// Every slab makes the loops read all of A again, from the L3 cache; one piece packs A as the
+/// row blocks go and reads B back from memory or the L3 cache. With the AVX2 kernels on the
+/// 2-core AMD EPYC (Zen 4), one piece against slabs, alternating call by call in one process
+/// (medians of 9-11 paired ratios), float64: 768 / 1024 / 2048 x 768 x 2304 and 1024 x 768 x
+/// 3072 1.07-1.18 on one thread and 1.07-1.20 on two (1024 x 768 x 768 1.04-1.13, K = 3072:
+/// 0.97-1.16); at 384-512 rows 1.01-1.06. float32 ranged 0.95-1.09 (768 and 1024 rows), so it
+/// keeps the slabs, and so does the AVX-512 family (one piece 0.92-1.07).
+pub const ONE_PIECE_MIN_ROWS_F64: usize = 768;
+
 /// Columns of the slabs that B is packed in for a `Rhs::PackHere` product of `m` rows against
 /// a (k x n) B on `threads` threads, or `n` (one piece). Slabs of at most [`SLAB_BYTES`], as few as can be, their
 /// count a multiple of the thread count (each thread takes whole slabs), of equal widths in
 /// whole panels; but never narrower than a column group of the loops (A is read once per
 /// slab, as it is once per group in one piece). One piece for a row block of at most one tile
-/// quantum (each slab would be used by one tile), for a B that fits one slab, where the group
-/// width leaves too few slabs to share out evenly, and where a group-wide slab is more than
-/// four times [`SLAB_BYTES`] (a deep B: no cache holds such a slab, and each thread keeps its
-/// slab buffer between products).
-fn slab_cols<T: Element>(m: usize, k: usize, n: usize, threads: usize) -> usize {
+/// quantum (each slab would be used by one tile), for a B that fits one slab, for float64 from
+/// [`ONE_PIECE_MIN_ROWS_F64`] rows with a family whose tile reads a panel in
+/// `several_passes`, where the group width leaves too few slabs to share out evenly, and where
+/// a group-wide slab is more than four times [`SLAB_BYTES`] (a deep B: no cache holds such a
+/// slab, and each thread keeps its slab buffer between products).
+fn slab_cols<T: Element>(
+    m: usize,
+    k: usize,
+    n: usize,
+    threads: usize,
+    several_passes: bool,
+) -> usize {
     let bytes = PackedB::<T>::packed_len(k, n).saturating_mul(std::mem::size_of::<T>());
     let count = bytes.div_ceil(tuning::slab_bytes());
-    if m <= loops::ROW_QUANTUM || count <= 1 {
+    let float64 = std::mem::size_of::<T>() == 8;
+    if m <= loops::ROW_QUANTUM
+        || count <= 1
+        || (several_passes && float64 && m >= ONE_PIECE_MIN_ROWS_F64)
+    {
         return n;
     }
     let group = tuning::nc_panels() * T::NR;

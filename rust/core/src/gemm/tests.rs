@@ -914,29 +914,50 @@ fn neon_is_available_on_aarch64() {
 }
 
 /// Slab widths: whole panels, at least a column group, a count the threads share evenly, and
-/// one piece for few rows, a B of one slab, or a deep B whose group-wide slab is too large.
+/// one piece for few rows, a B of one slab, a deep B whose group-wide slab is too large, or
+/// float64 from `ONE_PIECE_MIN_ROWS_F64` rows with a family whose tile reads a panel in
+/// several passes.
 #[test]
 fn slab_widths() {
     let group = tuning::nc_panels() * f32::NR;
-    for t in [1usize, 2, 3] {
-        // 768 x 2304 float32 (7 MiB packed): 7, 8 or 9 slabs.
-        let cols = slab_cols::<f32>(256, 768, 2304, t);
-        assert!(
-            cols % f32::NR == 0 && cols >= group && cols < 2304,
-            "{t}: {cols}"
-        );
-        assert_eq!(2304usize.div_ceil(cols) % t, 0, "{t}: {cols}");
-        assert_eq!(
-            slab_cols::<f32>(12, 768, 2304, t),
-            2304,
-            "a tile quantum of rows"
-        );
-        assert_eq!(slab_cols::<f32>(256, 64, 2304, t), 2304, "one slab");
-        assert_eq!(slab_cols::<f32>(256, 50257, 768, t), 768, "a deep B");
+    for several in [false, true] {
+        for t in [1usize, 2, 3] {
+            // 768 x 2304 float32 (7 MiB packed): 7, 8 or 9 slabs.
+            let cols = slab_cols::<f32>(256, 768, 2304, t, several);
+            assert!(
+                cols % f32::NR == 0 && cols >= group && cols < 2304,
+                "{t}: {cols}"
+            );
+            assert_eq!(2304usize.div_ceil(cols) % t, 0, "{t}: {cols}");
+            assert_eq!(
+                slab_cols::<f32>(12, 768, 2304, t, several),
+                2304,
+                "a tile quantum of rows"
+            );
+            assert_eq!(
+                slab_cols::<f32>(256, 64, 2304, t, several),
+                2304,
+                "one slab"
+            );
+            assert_eq!(
+                slab_cols::<f32>(256, 50257, 768, t, several),
+                768,
+                "a deep B"
+            );
+            // Many rows: slabs for float32, and for float64 unless the tile takes several
+            // passes.
+            assert!(slab_cols::<f32>(4096, 768, 2304, t, several) < 2304);
+            let below = ONE_PIECE_MIN_ROWS_F64 - 1;
+            assert!(slab_cols::<f64>(below, 768, 2304, t, several) < 2304);
+            for m in [ONE_PIECE_MIN_ROWS_F64, 4096] {
+                let cols = slab_cols::<f64>(m, 768, 2304, t, several);
+                assert_eq!(cols == 2304, several, "{m} rows, {t} threads: {cols}");
+            }
+        }
     }
     // 3072 x 768: three group-wide slabs, not shared evenly by two threads.
-    assert!(slab_cols::<f32>(256, 3072, 768, 1) < 768);
-    assert_eq!(slab_cols::<f32>(256, 3072, 768, 2), 768);
+    assert!(slab_cols::<f32>(256, 3072, 768, 1, false) < 768);
+    assert_eq!(slab_cols::<f32>(256, 3072, 768, 2, false), 768);
 }
 
 /// The naive product of `a` (m x k) and `b` (k x n), row-major.
