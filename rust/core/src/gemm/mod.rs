@@ -352,15 +352,15 @@ pub fn gemm_packed<T: GemmElement + KernelsFor<W>, W: PanelValue>(
 /// half of a 2 MiB L2 cache.
 pub const SLAB_BYTES: usize = 1 << 20;
 
-/// Rows of A from which a plain float64 B is packed in one piece rather than in slabs, for a
-/// family whose tile reads a panel in several passes (it has a copying tile kernel: AVX2).
-/// Every slab makes the loops read all of A again, from the L3 cache; one piece packs A as the
-/// row blocks go and reads B back from memory or the L3 cache. With the AVX2 kernels on the
-/// 2-core AMD EPYC (Zen 4), one piece against slabs, alternating call by call in one process
-/// (medians of 9-11 paired ratios), float64: 768 / 1024 / 2048 x 768 x 2304 and 1024 x 768 x
-/// 3072 1.07-1.18 on one thread and 1.07-1.20 on two (1024 x 768 x 768 1.04-1.13, K = 3072:
-/// 0.97-1.16); at 384-512 rows 1.01-1.06. float32 ranged 0.95-1.09 (768 and 1024 rows), so it
-/// keeps the slabs, and so does the AVX-512 family (one piece 0.92-1.07).
+/// Rows of A from which a plain float64 B is packed in one piece rather than in slabs, with a
+/// family whose tile reads a panel in several passes (one that has a copying tile kernel:
+/// AVX2). Every slab makes the loops read all of A again, from the L3 cache; in one piece the
+/// row blocks pack A as they go and read B back from memory or the L3 cache. With the AVX2
+/// kernels on the 2-core AMD EPYC (Zen 4), one piece against slabs, alternating call by call
+/// in one process (medians of 9-11 paired ratios), float64, 768 to 2048 rows of 768 x 2304,
+/// 768 x 3072 and 768 x 768: 1.06-1.18 on one thread, 1.04-1.20 on two; 3072 x 768 0.97-1.16;
+/// 384 and 512 rows 1.01-1.06. float32 ranged 0.95-1.09 at 768 and 1024 rows, so it keeps the
+/// slabs, and so does the AVX-512 family (one piece 0.92-1.07).
 pub const ONE_PIECE_MIN_ROWS_F64: usize = 768;
 
 /// Columns of the slabs that B is packed in for a `Rhs::PackHere` product of `m` rows against
@@ -369,10 +369,10 @@ pub const ONE_PIECE_MIN_ROWS_F64: usize = 768;
 /// whole panels; but never narrower than a column group of the loops (A is read once per
 /// slab, as it is once per group in one piece). One piece for a row block of at most one tile
 /// quantum (each slab would be used by one tile), for a B that fits one slab, for float64 from
-/// [`ONE_PIECE_MIN_ROWS_F64`] rows with a family whose tile reads a panel in
-/// `several_passes`, where the group width leaves too few slabs to share out evenly, and where
-/// a group-wide slab is more than four times [`SLAB_BYTES`] (a deep B: no cache holds such a
-/// slab, and each thread keeps its slab buffer between products).
+/// [`ONE_PIECE_MIN_ROWS_F64`] rows when the family's tile reads a panel in several passes
+/// (`several_passes`), where the group width leaves too few slabs to share out evenly, and
+/// where a group-wide slab is more than four times [`SLAB_BYTES`] (a deep B: no cache holds
+/// such a slab, and each thread keeps its slab buffer between products).
 fn slab_cols<T: Element>(
     m: usize,
     k: usize,
