@@ -236,8 +236,8 @@ def test_b_packed_in_the_call_into_kept_memory(dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_plain_b_packed_in_the_call_in_slabs_or_one_piece(dtype):
     # A plain b of more than 1 MiB packed for the call: in slabs of columns, or in one piece
-    # (float64 from 768 rows with the AVX2 kernels). Just below and at that bound: the
-    # reference's bits on every kernel and 1 to 3 threads.
+    # (float64 from 768 rows with the AVX2 kernels, where the L2 holds at most one slab).
+    # Just below and at that bound: the reference's bits on every kernel and 1 to 3 threads.
     rng = np.random.default_rng(41)
     k, n = 300, 1100
     b = rng.standard_normal((k, n)).astype(dtype)

@@ -282,13 +282,14 @@ pub fn gemm<T: GemmElement>(
     match b {
         Rhs::Packed(p) => run(a, &BSource::Packed(p), c, ldc, opts),
         Rhs::PackHere(v) => {
-            let several_passes = T::gemm_kernels(opts.kernel).tile_copy.is_some();
+            let one_piece_f64 = T::gemm_kernels(opts.kernel).tile_copy.is_some()
+                && l2_holds_one_slab(tuning::l2_bytes());
             let slab = slab_cols::<T>(
                 a.rows,
                 v.rows,
                 v.cols,
                 crate::threads::num_threads(),
-                several_passes,
+                one_piece_f64,
             );
             if slab < v.cols {
                 pack_by_slabs(a, v, slab, c, ldc, opts);
@@ -361,7 +362,21 @@ pub const SLAB_BYTES: usize = 1 << 20;
 /// 768 x 3072 and 768 x 768: 1.06-1.18 on one thread, 1.04-1.20 on two; 3072 x 768 0.97-1.16;
 /// 384 and 512 rows 1.01-1.06. float32 ranged 0.95-1.09 at 768 and 1024 rows, so it keeps the
 /// slabs, and so does the AVX-512 family (one piece 0.92-1.07).
+///
+/// Only where the L2 cache holds no more than one slab (see `l2_holds_one_slab`): on the
+/// 2-core Intel Xeon with a 2 MiB L2, slabs against one piece, alternating process by process
+/// (three rounds, one thread, medians of five paired ratios against OpenBLAS's Haswell
+/// kernels), ran 1.02-1.05 x at 768 x 768 x 2304, 1024 x 768 x 2304 and 1024 x 768 x 3072
+/// float64 in every round, and 0.98-1.02 x at 1024 rows on two threads.
 pub const ONE_PIECE_MIN_ROWS_F64: usize = 768;
+
+/// Whether an L2 cache of `l2` bytes holds at most one slab of [`SLAB_BYTES`] beside what the
+/// loops keep there (less than two slabs), or its size is unknown: then a plain float64 B of
+/// [`ONE_PIECE_MIN_ROWS_F64`] rows or more is packed in one piece by a family whose tile reads
+/// a panel in several passes.
+fn l2_holds_one_slab(l2: Option<usize>) -> bool {
+    l2.is_none_or(|bytes| bytes < 2 * tuning::slab_bytes())
+}
 
 /// Columns of the slabs that B is packed in for a `Rhs::PackHere` product of `m` rows against
 /// a (k x n) B on `threads` threads, or `n` (one piece). Slabs of at most [`SLAB_BYTES`], as few as can be, their
@@ -369,8 +384,8 @@ pub const ONE_PIECE_MIN_ROWS_F64: usize = 768;
 /// whole panels; but never narrower than a column group of the loops (A is read once per
 /// slab, as it is once per group in one piece). One piece for a row block of at most one tile
 /// quantum (each slab would be used by one tile), for a B that fits one slab, for float64 from
-/// [`ONE_PIECE_MIN_ROWS_F64`] rows when the family's tile reads a panel in several passes
-/// (`several_passes`), where the group width leaves too few slabs to share out evenly, and
+/// [`ONE_PIECE_MIN_ROWS_F64`] rows when the family's tile reads a panel in several passes and
+/// the L2 holds at most one slab (`one_piece_f64`), where the group width leaves too few slabs to share out evenly, and
 /// where a group-wide slab is more than four times [`SLAB_BYTES`] (a deep B: no cache holds
 /// such a slab, and each thread keeps its slab buffer between products).
 fn slab_cols<T: Element>(
@@ -378,14 +393,14 @@ fn slab_cols<T: Element>(
     k: usize,
     n: usize,
     threads: usize,
-    several_passes: bool,
+    one_piece_f64: bool,
 ) -> usize {
     let bytes = PackedB::<T>::packed_len(k, n).saturating_mul(std::mem::size_of::<T>());
     let count = bytes.div_ceil(tuning::slab_bytes());
     let float64 = std::mem::size_of::<T>() == 8;
     if m <= loops::ROW_QUANTUM
         || count <= 1
-        || (several_passes && float64 && m >= ONE_PIECE_MIN_ROWS_F64)
+        || (one_piece_f64 && float64 && m >= ONE_PIECE_MIN_ROWS_F64)
     {
         return n;
     }

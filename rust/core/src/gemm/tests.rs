@@ -916,7 +916,7 @@ fn neon_is_available_on_aarch64() {
 /// Slab widths: whole panels, at least a column group, a count the threads share evenly, and
 /// one piece for few rows, a B of one slab, a deep B whose group-wide slab is too large, or
 /// float64 from `ONE_PIECE_MIN_ROWS_F64` rows with a family whose tile reads a panel in
-/// several passes.
+/// several passes on an L2 of at most one slab (`several`).
 #[test]
 fn slab_widths() {
     let group = tuning::nc_panels() * f32::NR;
@@ -958,6 +958,28 @@ fn slab_widths() {
     // 3072 x 768: three group-wide slabs, not shared evenly by two threads.
     assert!(slab_cols::<f32>(256, 3072, 768, 1, false) < 768);
     assert_eq!(slab_cols::<f32>(256, 3072, 768, 2, false), 768);
+}
+
+/// The one-piece rule for float64 follows the L2's size: one piece on an L2 of less than two
+/// slabs (1 MiB, as on the Zen 4 EPYC) or of unknown size, slabs on one of two slabs or more
+/// (2 MiB, as on the Intel Xeon); and sysfs's cache sizes are read as it writes them.
+#[test]
+fn one_piece_rule_follows_the_l2_size() {
+    let slab = tuning::slab_bytes();
+    assert!(l2_holds_one_slab(None));
+    assert!(l2_holds_one_slab(Some(slab)));
+    assert!(l2_holds_one_slab(Some(2 * slab - 1)));
+    assert!(!l2_holds_one_slab(Some(2 * slab)));
+    assert!(!l2_holds_one_slab(Some(4 * slab)));
+    assert_eq!(tuning::parse_cache_size("2048K\n"), Some(2 << 20));
+    assert_eq!(tuning::parse_cache_size("1M"), Some(1 << 20));
+    assert_eq!(tuning::parse_cache_size("32768"), Some(32768));
+    for bad in ["", "K", "0K", "-1K", "2G", "1.5M", "x"] {
+        assert_eq!(tuning::parse_cache_size(bad), None, "{bad:?}");
+    }
+    if let Some(l2) = tuning::l2_bytes() {
+        assert!(l2 >= 64 << 10 && l2 <= 64 << 20, "an L2 of {l2} bytes");
+    }
 }
 
 /// The naive product of `a` (m x k) and `b` (k x n), row-major.

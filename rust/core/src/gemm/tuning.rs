@@ -4,7 +4,8 @@
 //! item (rounded to a multiple of the 12-row quantum, which every family's MR divides), `GPTCORE_NC` the panels
 //! of B in one column group (rounded to a multiple of 4, the wide kernel's width), `GPTCORE_B_CHUNK_KIB` the size of
 //! packed B one column chunk may span when several row blocks share it, `GPTCORE_SLAB_KIB` the
-//! slabs a B packed for one product is packed in. They change speed
+//! slabs a B packed for one product is packed in, `GPTCORE_L2_KIB` the L2 size the slab rules
+//! assume (read from sysfs otherwise). They change speed
 //! only: the exactness contract makes every result independent of the block sizes.
 
 use super::loops::{B_CHUNK_BYTES, MC, NC_PANELS, ROW_QUANTUM};
@@ -77,4 +78,43 @@ pub fn slab_bytes() -> usize {
             .map(|v| v << 10)
             .unwrap_or(super::SLAB_BYTES)
     })
+}
+
+/// Bytes of one core's L2 cache as Linux describes CPU 0's caches in sysfs
+/// (`GPTCORE_L2_KIB` overrides); `None` where nothing says (another system, a hidden sysfs).
+pub fn l2_bytes() -> Option<usize> {
+    static L2: OnceLock<Option<usize>> = OnceLock::new();
+    *L2.get_or_init(|| {
+        env_usize("GPTCORE_L2_KIB")
+            .map(|v| v << 10)
+            .or_else(sysfs_l2_bytes)
+    })
+}
+
+fn sysfs_l2_bytes() -> Option<usize> {
+    for i in 0..16 {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok();
+        let level = read("level")?;
+        let instruction = read("type").is_some_and(|t| t.trim() == "Instruction");
+        if level.trim() == "2" && !instruction {
+            return parse_cache_size(&read("size")?);
+        }
+    }
+    None
+}
+
+/// A cache size as sysfs writes it: `2048K`, `1M` or plain bytes.
+pub(crate) fn parse_cache_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (digits, unit) = match s.char_indices().last()? {
+        (i, 'K') => (&s[..i], 1 << 10),
+        (i, 'M') => (&s[..i], 1 << 20),
+        _ => (s, 1),
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .filter(|&v| v > 0)?
+        .checked_mul(unit)
 }
