@@ -385,8 +385,8 @@ fn l2_holds_one_slab(l2: Option<usize>) -> bool {
 /// slab, as it is once per group in one piece). One piece for a row block of at most one tile
 /// quantum (each slab would be used by one tile), for a B that fits one slab, for float64 from
 /// [`ONE_PIECE_MIN_ROWS_F64`] rows when the family's tile reads a panel in several passes and
-/// the L2 holds at most one slab (`one_piece_f64`), where the group width leaves too few slabs to share out evenly, and
-/// where a group-wide slab is more than four times [`SLAB_BYTES`] (a deep B: no cache holds
+/// the L2 holds at most one slab (`one_piece_f64`), where the group width leaves too few slabs
+/// to share out evenly, and where a group-wide slab is more than four times [`SLAB_BYTES`] (a deep B: no cache holds
 /// such a slab, and each thread keeps its slab buffer between products).
 fn slab_cols<T: Element>(
     m: usize,
