@@ -1,5 +1,10 @@
 """gptcore.matmul against numpy (float64 error bound) and against the naive FMA loop (bits)."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -252,6 +257,33 @@ def test_plain_b_packed_in_the_call_in_slabs_or_one_piece(dtype):
                     assert np.array_equal(gptcore.matmul(a, b, kernel=kern), want), (kern, m, threads)
     finally:
         gptcore.set_num_threads(before)
+
+
+_ONE_PIECE_BOUND = """
+import numpy as np, gptcore
+rng = np.random.default_rng(41)
+b = rng.standard_normal((300, 1100))
+for m in (767, 768):
+    a = rng.standard_normal((m, 300))
+    want = gptcore.matmul_reference(a, b)
+    for kern in gptcore.available_kernels():
+        for threads in (1, 2, 3):
+            gptcore.set_num_threads(threads)
+            assert np.array_equal(gptcore.matmul(a, b, kernel=kern), want), (kern, m, threads)
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("l2_kib", ["1024", "2048"])
+def test_plain_float64_b_at_the_bound_under_either_l2_size(l2_kib):
+    # Whether a float64 b of 768 rows is packed in one piece depends on the L2's size (read
+    # once per process), so the check above takes one of the two ways on a given machine. In a
+    # child interpreter with each size: an L2 of one slab (one piece with the AVX2 kernels)
+    # and of two (slabs), the reference's bits on every kernel and 1 to 3 threads.
+    root = str(Path(gptcore.__file__).resolve().parent.parent)
+    env = dict(os.environ, GPTCORE_L2_KIB=l2_kib, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _ONE_PIECE_BOUND], check=False, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0 and p.stdout.strip().endswith("OK"), p.stderr[-1500:]
 
 
 def test_zero_sizes():
