@@ -32,11 +32,22 @@
 //! points at the L2 shared by A, B (with its prefetched successor) and C more than at any one
 //! stream. Not paying, measured the same way: LOOP 3 outside LOOP 4 (each depth block's A
 //! stays in L2 for every group, C comes back from the L3), 0.85 against 0.85 (float32 0.91
-//! against 0.90); prefetching the next row tile's A micro-panel into L2, a slice with each tile
-//! call: 1024 x 3072 x 768 float64 +3 to +8 % in six runs of seven and -8 % in the other,
-//! other float64 shapes -4 to +5 %, float32 -4 to +1 % (not kept); the next C tile prefetched
-//! into L1, row blocks of 48, 96 or 384 rows, groups of 4 or 16 panels and float64 depth
-//! blocks of 384 or 512 steps, all within the noise.
+//! against 0.90); the next C tile prefetched into L1, row blocks of 48, 96 or 384 rows, groups
+//! of 4 or 16 panels and float64 depth blocks of 384 or 512 steps, all within the noise.
+//!
+//! What did pay, for a family whose tile kernel does not prefetch A itself (the AVX2 one, whose
+//! depth step has no room for it): fetching the next row tile's A micro-panel into L2 while the
+//! current tile goes through the group's panels, an equal slice before each panel. The depth
+//! 3072 of the MLP's second product makes a row block's packed A (4.5 MiB in float64) larger
+//! than L2, so it came back from the L3 cache for every column group, each tile's micro-panel
+//! read on demand by its first panel; reading a never-written buffer instead (every line the
+//! same page, always in cache) took 1024 x 3072 x 768 float64 from 93-97 to 82-84 ms, the time
+//! of OpenBLAS. With the AVX2 path forced on the 2-core Xeon with a 2 MiB L2 (`bench_matmul.py
+//! --quick`, runs alternating, ratios against OpenBLAS Haswell): 1024 x 3072 x 768 float64
+//! 0.87 -> 0.96 on one thread and 0.89 -> 0.94 on two, float32 0.94 -> 0.96 and 0.87 -> 0.95;
+//! the shapes of depth 768 and the 256-row ones unchanged (within 2 %), a GPT-2 small forward
+//! of 1024 tokens unchanged (float32 and bfloat16 weights). Into L1 instead: the same. The AVX-512
+//! tile prefetches A in its depth steps; the loops' fetch as well cost it 2-4 % on float64.
 
 use super::pack::{pack_a_into, pack_a_panel, packs_on_every_thread, KBlocks, PackedB, PanelValue};
 use super::MatRef;
@@ -365,6 +376,25 @@ impl<W: PanelValue> Ahead<W> {
             lines: bytes.div_ceil(64),
         }
     }
+}
+
+impl<W> Ahead<W> {
+    /// `values` values from `start` on (whole cache lines).
+    fn run(start: *const W, values: usize) -> Self {
+        Ahead {
+            start,
+            lines: (values * std::mem::size_of::<W>()).div_ceil(64),
+        }
+    }
+
+    /// Fetches slice `s` of `count` into L2 at once.
+    #[inline(always)]
+    fn fetch_slice(self, s: usize, count: usize) {
+        let (from, lines) = self.slice(s, count);
+        for l in 0..lines {
+            crate::kernels::prefetch_l2(from.cast::<u8>().wrapping_add(l * 64));
+        }
+    }
 
     /// Slice `s` of `count` equal, consecutive slices: its start and cache lines.
     fn slice(self, s: usize, count: usize) -> (*const W, usize) {
@@ -461,8 +491,14 @@ fn macro_kernel<T: Element, W: PanelValue>(
         while i < i1 {
             let rows = mr.min(i1 - i);
             let ap = ablock.wrapping_add((i / mr) * mr * kc);
+            // The next row tile's A micro-panel, for a family that fetches it ahead.
+            let next_a = (kernels.fetch_next_a && i + rows < i1)
+                .then(|| Ahead::run(ap.wrapping_add(mr * kc), mr * kc));
             // LOOP 1: panels.
             for q in jp..g1 {
+                if let Some(next_a) = next_a {
+                    next_a.fetch_slice(q - jp, g1 - jp);
+                }
                 let j0 = q * W::PANEL_NR;
                 let cols = W::PANEL_NR.min(n - j0);
                 let c = out.at(i, j0);
@@ -720,6 +756,23 @@ mod ahead_tests {
                 }
                 assert_eq!(next, lines, "lines={lines} count={count}");
             }
+        }
+    }
+
+    /// A run of values covers whole cache lines (a partial last line counted), and fetching
+    /// its slices reads nothing: a run past the end of a buffer, or from null, is harmless.
+    #[test]
+    fn runs_of_values_span_whole_lines_and_fetching_never_reads() {
+        let panel = [0f64; 6 * 256];
+        assert_eq!(Ahead::run(panel.as_ptr(), 6 * 256).lines, 6 * 256 * 8 / 64);
+        assert_eq!(Ahead::run(panel.as_ptr(), 1).lines, 1);
+        assert_eq!(Ahead::run(panel.as_ptr(), 0).lines, 0);
+        assert_eq!(Ahead::run([0f32; 17].as_ptr(), 17).lines, 2);
+        let beyond = Ahead::run(panel.as_ptr().wrapping_add(6 * 256), 6 * 256);
+        let null = Ahead::run(std::ptr::null::<f32>(), 1 << 20);
+        for s in 0..8 {
+            beyond.fetch_slice(s, 8);
+            null.fetch_slice(s, 8);
         }
     }
 }

@@ -143,6 +143,10 @@ pub struct GemmKernels<T, W = T> {
     pub wide: Option<WideFn<T, W>>,
     pub stream: Option<StreamFn<T, W>>,
     pub pack_a_panel: Option<PackPanelFn<T>>,
+    /// Whether the loops fetch the next row tile's A micro-panel into L2 while the current
+    /// tile goes through the panels of its column group (a slice before each panel), for a
+    /// family whose tile kernel leaves A to the hardware prefetcher (see `gemm::loops`).
+    pub fetch_next_a: bool,
 }
 
 /// What a family implements (one unit struct per folder).
@@ -302,6 +306,19 @@ impl KernelsFor<F16> for f64 {
     fn kernels_for(_: Kernel) -> GemmKernels<f64, F16> {
         portable::half_kernels::<f64, F16>()
     }
+}
+
+/// Asks the L2 cache for the 64-byte line at `p` (a hint: never faults, whatever the address;
+/// nothing where the architecture has no such hint here).
+#[inline(always)]
+pub fn prefetch_l2<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// Asks the cache for the 64-byte line at `p` (a hint: never faults, whatever the address).

@@ -30,6 +30,7 @@ impl Family for Avx2 {
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
+            fetch_next_a: true,
         }
     }
 
@@ -42,6 +43,7 @@ impl Family for Avx2 {
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(pack::pack_rows_f64::<6>),
+            fetch_next_a: true,
         }
     }
 
@@ -59,6 +61,7 @@ impl Family for Avx2 {
             wide: None,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
+            fetch_next_a: true,
         }
     }
 
@@ -74,6 +77,7 @@ impl Family for Avx2 {
             wide: None,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
+            fetch_next_a: true,
         }
     }
 

@@ -24,6 +24,7 @@ impl Family for Avx512 {
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
+            fetch_next_a: false,
         }
     }
 
@@ -36,6 +37,7 @@ impl Family for Avx512 {
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(super::avx2::pack::pack_rows_f64::<12>),
+            fetch_next_a: false,
         }
     }
 
@@ -48,6 +50,7 @@ impl Family for Avx512 {
             wide: Some(half::wide_bf16),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
+            fetch_next_a: false,
         }
     }
 
@@ -60,6 +63,7 @@ impl Family for Avx512 {
             wide: Some(half::wide_f16),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
+            fetch_next_a: false,
         }
     }
 

@@ -25,6 +25,7 @@ impl Family for Neon {
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(gemm::pack12_f32),
+            fetch_next_a: false,
         }
     }
 
@@ -37,6 +38,7 @@ impl Family for Neon {
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(gemm::pack12_f64),
+            fetch_next_a: false,
         }
     }
 
@@ -49,6 +51,7 @@ impl Family for Neon {
             wide: Some(gemm::wide_bf16),
             stream: None,
             pack_a_panel: Some(gemm::pack12_f32),
+            fetch_next_a: false,
         }
     }
 
@@ -61,6 +64,7 @@ impl Family for Neon {
             wide: Some(gemm::wide_f16),
             stream: None,
             pack_a_panel: Some(gemm::pack12_f32),
+            fetch_next_a: false,
         }
     }
 

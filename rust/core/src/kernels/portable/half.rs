@@ -35,5 +35,6 @@ pub fn half_kernels<T: RowFma, H: HalfFormat + PanelValue>() -> GemmKernels<T, H
         wide: None,
         stream: None,
         pack_a_panel: None,
+        fetch_next_a: false,
     }
 }

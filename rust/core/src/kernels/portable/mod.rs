@@ -26,6 +26,7 @@ impl Family for Portable {
             wide: None,
             stream: None,
             pack_a_panel: None,
+            fetch_next_a: false,
         }
     }
 
@@ -38,6 +39,7 @@ impl Family for Portable {
             wide: None,
             stream: None,
             pack_a_panel: None,
+            fetch_next_a: false,
         }
     }
 
