@@ -284,15 +284,15 @@ pub fn gemm<T: GemmElement>(
         Rhs::PackHere(v) => {
             let one_piece_f64 = T::gemm_kernels(opts.kernel).tile_copy.is_some()
                 && l2_holds_one_slab(tuning::l2_bytes());
-            let slab = slab_cols::<T>(
+            let slabs = slab_count::<T>(
                 a.rows,
                 v.rows,
                 v.cols,
                 crate::threads::num_threads(),
                 one_piece_f64,
             );
-            if slab < v.cols {
-                pack_by_slabs(a, v, slab, c, ldc, opts);
+            if slabs > 1 {
+                pack_by_slabs(a, v, slabs, c, ldc, opts);
                 return Ok(());
             }
             let len = PackedB::<T>::buffer_len(v.rows, v.cols);
@@ -378,17 +378,20 @@ fn l2_holds_one_slab(l2: Option<usize>) -> bool {
     l2.is_none_or(|bytes| bytes < 2 * tuning::slab_bytes())
 }
 
-/// Columns of the slabs that B is packed in for a `Rhs::PackHere` product of `m` rows against
-/// a (k x n) B on `threads` threads, or `n` (one piece). Slabs of at most [`SLAB_BYTES`], as few as can be, their
-/// count a multiple of the thread count (each thread takes whole slabs), of equal widths in
-/// whole panels; but never narrower than a column group of the loops (A is read once per
-/// slab, as it is once per group in one piece). One piece for a row block of at most one tile
-/// quantum (each slab would be used by one tile), for a B that fits one slab, for float64 from
-/// [`ONE_PIECE_MIN_ROWS_F64`] rows when the family's tile reads a panel in several passes and
-/// the L2 holds at most one slab (`one_piece_f64`), where the group width leaves too few slabs
-/// to share out evenly, and where a group-wide slab is more than four times [`SLAB_BYTES`] (a deep B: no cache holds
-/// such a slab, and each thread keeps its slab buffer between products).
-fn slab_cols<T: Element>(
+/// How many slabs B is packed in for a `Rhs::PackHere` product of `m` rows against a (k x n)
+/// B on `threads` threads (1: one piece). Slabs of at most [`SLAB_BYTES`], as few as can be,
+/// their count a multiple of the thread count (each thread takes whole slabs), of equal widths
+/// in whole panels, to within one panel ([`slab_columns`]: 14 slabs of a 144-panel B are 10 of
+/// 10 panels and 4 of 11, where slabs of one rounded width were 13 of 11 and a last one of 1,
+/// which left a thread idle for most of a slab); but never narrower than a column group of the
+/// loops (A is read once per slab, as it is once per group in one piece). One piece for a row
+/// block of at most one tile quantum (each slab would be used by one tile), for a B that fits
+/// one slab, for float64 from [`ONE_PIECE_MIN_ROWS_F64`] rows when the family's tile reads a
+/// panel in several passes and the L2 holds at most one slab (`one_piece_f64`), where the group
+/// width leaves too few slabs to share out evenly, and where a slab is more than four times
+/// [`SLAB_BYTES`] (a deep B: no cache holds such a slab, and each thread keeps its slab buffer
+/// between products).
+fn slab_count<T: Element>(
     m: usize,
     k: usize,
     n: usize,
@@ -402,27 +405,32 @@ fn slab_cols<T: Element>(
         || count <= 1
         || (one_piece_f64 && float64 && m >= ONE_PIECE_MIN_ROWS_F64)
     {
-        return n;
+        return 1;
     }
-    let group = tuning::nc_panels() * T::NR;
-    let cols = n
-        .div_ceil(count.div_ceil(threads) * threads)
-        .next_multiple_of(T::NR)
-        .max(group);
-    let count = n.div_ceil(cols);
-    let slab_bytes = PackedB::<T>::packed_len(k, cols).saturating_mul(std::mem::size_of::<T>());
+    let panels = n.div_ceil(T::NR);
+    let count = (count.div_ceil(threads) * threads).min(panels / tuning::nc_panels());
+    let widest = panels.div_ceil(count.max(1)) * T::NR;
+    let slab_bytes = PackedB::<T>::packed_len(k, widest).saturating_mul(std::mem::size_of::<T>());
     if count <= 1
         || (count % threads != 0 && count < 4 * threads)
         || slab_bytes > 4 * tuning::slab_bytes()
     {
-        n
+        1
     } else {
-        cols
+        count
     }
 }
 
-/// `C = A B` for a B packed for this product only, in slabs of `slab` columns (the last one
-/// fewer): A is packed once; then each thread takes whole slabs, packs one into a buffer of
+/// Columns `j0..j1` of slab `s` of `count` over `n` columns: whole panels of `nr` columns
+/// (the last slab ends at `n`), the panels shared out as evenly as they go.
+fn slab_columns(s: usize, count: usize, n: usize, nr: usize) -> (usize, usize) {
+    let panels = n.div_ceil(nr);
+    let at = |s: usize| (s * panels / count * nr).min(n);
+    (at(s), at(s + 1))
+}
+
+/// `C = A B` for a B packed for this product only, in `slabs` slabs of columns
+/// ([`slab_columns`]): A is packed once; then each thread takes whole slabs, packs one into a buffer of
 /// its own and multiplies it by all of A while it is still in that core's cache, instead of B
 /// being packed into memory first and read back (and without the threads waiting for each
 /// other between slabs). Every element's chain is the one of the single-piece product (slabs
@@ -443,14 +451,14 @@ fn slab_cols<T: Element>(
 fn pack_by_slabs<T: GemmElement>(
     a: MatRef<'_, T>,
     b: MatRef<'_, T>,
-    slab: usize,
+    slabs: usize,
     c: &mut [T],
     ldc: usize,
     opts: &Options<'_, T>,
 ) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert_eq!(k, b.rows, "inner dimensions differ");
-    assert!(m > 0 && n > 0 && slab > 0 && ldc >= n);
+    assert!(m > 0 && n > 0 && (1..=n.div_ceil(T::NR)).contains(&slabs) && ldc >= n);
     assert!(c.len() >= (m - 1) * ldc + n, "output too short");
     assert!(opts.kernel.supported(), "kernel not supported on this CPU");
     let kernels = T::gemm_kernels(opts.kernel);
@@ -463,9 +471,9 @@ fn pack_by_slabs<T: GemmElement>(
         let apack = &*apack;
         // Inside an item, the packing and the loops run on the item's thread alone (a loop
         // started from inside another runs where it is).
-        crate::threads::parallel_for(n.div_ceil(slab), |s| {
-            let j0 = s * slab;
-            let w = slab.min(n - j0);
+        crate::threads::parallel_for(slabs, |s| {
+            let (j0, j1) = slab_columns(s, slabs, n, T::NR);
+            let w = j1 - j0;
             // SAFETY: columns j0 .. j0 + w of B, a subset of its elements.
             let part =
                 unsafe { MatRef::from_raw(bptr.get().offset(j0 as isize * bcs), k, w, brs, bcs) };

@@ -913,51 +913,80 @@ fn neon_is_available_on_aarch64() {
     assert_eq!(Kernel::from_name("neon"), Some(Kernel::Neon));
 }
 
-/// Slab widths: whole panels, at least a column group, a count the threads share evenly, and
-/// one piece for few rows, a B of one slab, a deep B whose group-wide slab is too large, or
-/// float64 from `ONE_PIECE_MIN_ROWS_F64` rows with a family whose tile reads a panel in
-/// several passes on an L2 of at most one slab (`several`).
+/// Slab counts and widths: whole panels, at least a column group, widths within one panel of
+/// each other, a count the threads share evenly, and one piece for few rows, a B of one slab, a
+/// deep B whose group-wide slab is too large, or float64 from `ONE_PIECE_MIN_ROWS_F64` rows with
+/// a family whose tile reads a panel in several passes on an L2 of at most one slab
+/// (`several`).
 #[test]
 fn slab_widths() {
-    let group = tuning::nc_panels() * f32::NR;
+    /// The slabs of `count` over `n` columns: consecutive, covering 0..n, whole panels (but
+    /// the last), at least `min_panels` panels each, all within one panel of each other.
+    fn check_slabs(count: usize, n: usize, nr: usize, min_panels: usize) {
+        let mut next = 0;
+        let (mut narrowest, mut widest) = (usize::MAX, 0);
+        for s in 0..count {
+            let (j0, j1) = slab_columns(s, count, n, nr);
+            assert_eq!(j0, next, "slab {s} of {count} over {n}");
+            assert!(j1 > j0 && (j1 % nr == 0 || j1 == n), "slab {s}: {j0}..{j1}");
+            let panels = (j1 - j0).div_ceil(nr);
+            narrowest = narrowest.min(panels);
+            widest = widest.max(panels);
+            next = j1;
+        }
+        assert_eq!(next, n, "{count} slabs over {n}");
+        assert!(
+            narrowest >= min_panels,
+            "{count} slabs over {n}: {narrowest} panels"
+        );
+        assert!(
+            widest - narrowest <= 1,
+            "{count} slabs over {n}: {narrowest}..{widest}"
+        );
+    }
+    let group = tuning::nc_panels();
     for several in [false, true] {
         for t in [1usize, 2, 3] {
             // 768 x 2304 float32 (7 MiB packed): 7, 8 or 9 slabs.
-            let cols = slab_cols::<f32>(256, 768, 2304, t, several);
-            assert!(
-                cols % f32::NR == 0 && cols >= group && cols < 2304,
-                "{t}: {cols}"
-            );
-            assert_eq!(2304usize.div_ceil(cols) % t, 0, "{t}: {cols}");
+            let count = slab_count::<f32>(256, 768, 2304, t, several);
+            assert!(count > 1 && count % t == 0, "{t}: {count}");
+            check_slabs(count, 2304, f32::NR, group);
             assert_eq!(
-                slab_cols::<f32>(12, 768, 2304, t, several),
-                2304,
+                slab_count::<f32>(12, 768, 2304, t, several),
+                1,
                 "a tile quantum of rows"
             );
+            assert_eq!(slab_count::<f32>(256, 64, 2304, t, several), 1, "one slab");
             assert_eq!(
-                slab_cols::<f32>(256, 64, 2304, t, several),
-                2304,
-                "one slab"
-            );
-            assert_eq!(
-                slab_cols::<f32>(256, 50257, 768, t, several),
-                768,
+                slab_count::<f32>(256, 50257, 768, t, several),
+                1,
                 "a deep B"
             );
             // Many rows: slabs for float32, and for float64 unless the tile takes several
-            // passes.
-            assert!(slab_cols::<f32>(4096, 768, 2304, t, several) < 2304);
+            // passes. 768 x 2304 float64 (14 MiB packed, 144 panels): 14 or 15 slabs, which
+            // no one width in whole panels divides.
+            assert!(slab_count::<f32>(4096, 768, 2304, t, several) > 1);
             let below = ONE_PIECE_MIN_ROWS_F64 - 1;
-            assert!(slab_cols::<f64>(below, 768, 2304, t, several) < 2304);
+            let count = slab_count::<f64>(below, 768, 2304, t, several);
+            assert!(count > 1 && count % t == 0, "{t}: {count}");
+            check_slabs(count, 2304, f64::NR, group);
             for m in [ONE_PIECE_MIN_ROWS_F64, 4096] {
-                let cols = slab_cols::<f64>(m, 768, 2304, t, several);
-                assert_eq!(cols == 2304, several, "{m} rows, {t} threads: {cols}");
+                let count = slab_count::<f64>(m, 768, 2304, t, several);
+                assert_eq!(count == 1, several, "{m} rows, {t} threads: {count}");
             }
         }
     }
     // 3072 x 768: three group-wide slabs, not shared evenly by two threads.
-    assert!(slab_cols::<f32>(256, 3072, 768, 1, false) < 768);
-    assert_eq!(slab_cols::<f32>(256, 3072, 768, 2, false), 768);
+    assert_eq!(slab_count::<f32>(256, 3072, 768, 1, false), 3);
+    assert_eq!(slab_count::<f32>(256, 3072, 768, 2, false), 1);
+    // Any count of at most one slab a panel: even widths, a partial last panel included.
+    for n in [1usize, 31, 32, 33, 2304, 2305, 50257] {
+        for count in [1usize, 2, 3, 7, 14] {
+            if count <= n.div_ceil(32) {
+                check_slabs(count, n, 32, 1);
+            }
+        }
+    }
 }
 
 /// The one-piece rule for float64 follows the L2's size: one piece on an L2 of less than two
@@ -1238,9 +1267,9 @@ fn row_tiles_prefetching_the_next_group_match_reference() {
 }
 
 /// A plain B packed for the product in slabs of columns (the `Rhs::PackHere` path): the
-/// reference's bits for every kernel on 1 to 3 threads, slabs of 1, 4 and 8 panels with a last
-/// one narrower than the others, a depth of several blocks, and the epilogue seeing every
-/// element once at its own column.
+/// reference's bits for every kernel on 1 to 3 threads, slabs of one panel, of about four and
+/// two slabs (widths one panel apart, a last panel of fewer columns), a depth of several blocks,
+/// and the epilogue seeing every element once at its own column.
 #[test]
 fn slabs_of_a_b_packed_here_match_reference() {
     fn check<T: GemmElement>() {
@@ -1256,9 +1285,10 @@ fn slabs_of_a_b_packed_here_match_reference() {
             let a = random::<T>(&mut rng, m * k);
             let b = random::<T>(&mut rng, k * n);
             let want = reference_product(&a, &b, m, k, n);
-            for (kernel, slab, nthreads) in available()
+            let panels = n.div_ceil(nr);
+            for (kernel, slabs, nthreads) in available()
                 .into_iter()
-                .flat_map(|kn| [(kn, nr), (kn, 4 * nr), (kn, 8 * nr)])
+                .flat_map(|kn| [(kn, panels), (kn, panels.div_ceil(4)), (kn, 2)])
                 .flat_map(|(kn, sl)| [1usize, 2, 3].map(|t| (kn, sl, t)))
             {
                 threads::set_num_threads(nthreads).unwrap();
@@ -1267,9 +1297,9 @@ fn slabs_of_a_b_packed_here_match_reference() {
                     m,
                     n,
                     &want,
-                    |c, ldc, opts| pack_by_slabs(av, bv, slab, c, ldc, opts),
+                    |c, ldc, opts| pack_by_slabs(av, bv, slabs, c, ldc, opts),
                     kernel,
-                    || format!("m={m} n={n} slab={slab} threads={nthreads}"),
+                    || format!("m={m} n={n} slabs={slabs} threads={nthreads}"),
                 );
             }
         }
