@@ -256,10 +256,39 @@ pub fn set_num_threads(n: usize) -> crate::Result<()> {
     Ok(())
 }
 
+std::thread_local! {
+    /// Whether this thread is running a loop's body (see [`available`]).
+    static IN_BODY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Threads a loop started here would run on: 1 inside a loop's body (the team is this loop's,
+/// so a loop inside it runs on its calling thread alone), else [`num_threads`]. For plans that
+/// cut work into items for the threads: a plan made for two threads inside an item ran its
+/// items one after the other on one, in pieces cut smaller than one thread needs.
+pub fn available() -> usize {
+    if IN_BODY.with(|b| b.get()) {
+        1
+    } else {
+        num_threads()
+    }
+}
+
 /// Run `body(tid)` on up to `want` participants (tid 0 is the calling thread). Every
 /// participant must share out the work itself (see [`parallel_for`]); a body run by one
 /// participant alone must do all of it.
 fn run(want: usize, body: &Body<'_>) {
+    /// Restores the flag it replaced when dropped (after a panic too).
+    struct Inside(bool);
+    impl Drop for Inside {
+        fn drop(&mut self) {
+            IN_BODY.with(|b| b.set(self.0));
+        }
+    }
+    let inside = |tid: usize| {
+        let _was = Inside(IN_BODY.with(|b| b.replace(true)));
+        body(tid)
+    };
+    let body: &Body<'_> = &inside;
     let want = want.min(num_threads());
     if want <= 1 {
         return body(0);
@@ -382,6 +411,32 @@ mod tests {
             sum.fetch_add(i, Ordering::Relaxed);
         });
         assert_eq!(sum.load(Ordering::Relaxed), 4950);
+        set_num_threads(2).unwrap();
+    }
+
+    /// Inside a loop's body, on every participant, a loop would run alone (`available` is 1);
+    /// outside, and after a body that panicked, the flag is clear again.
+    #[test]
+    fn available_is_one_inside_a_body() {
+        let in_body = || IN_BODY.with(|b| b.get());
+        for threads in [1, 2, 3] {
+            set_num_threads(threads).unwrap();
+            assert!(!in_body());
+            let inside = AtomicUsize::new(0);
+            parallel_for(64, |_| {
+                if available() == 1 && in_body() {
+                    inside.fetch_add(1, Ordering::Relaxed);
+                }
+                // A loop inside a body: its body sees the same, and leaves the flag set.
+                parallel_for(2, |_| assert_eq!(available(), 1));
+                assert!(in_body());
+            });
+            assert_eq!(inside.load(Ordering::Relaxed), 64);
+            assert!(!in_body());
+            let r = catch_unwind(|| parallel_for(8, |i| assert_ne!(i, 5, "item 5")));
+            assert!(r.is_err());
+            assert!(!in_body(), "the flag outlived a panic");
+        }
         set_num_threads(2).unwrap();
     }
 

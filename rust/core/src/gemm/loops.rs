@@ -110,7 +110,7 @@ impl Plan {
         let nthreads = if !runs_on_every_thread(m, kb.k, n) {
             1
         } else {
-            threads::num_threads()
+            threads::available()
         };
         // Row blocks of at most about MC rows, made of whole 12-row tiles shared out as evenly
         // as possible, so parallel work items are of equal size.

@@ -288,7 +288,7 @@ pub fn gemm<T: GemmElement>(
                 a.rows,
                 v.rows,
                 v.cols,
-                crate::threads::num_threads(),
+                crate::threads::available(),
                 one_piece_f64,
             );
             if slabs > 1 {

@@ -30,7 +30,7 @@ pub(super) fn stream_rows<T: Element>(
     let nthreads = if flops < 262_144.0 {
         1
     } else {
-        threads::num_threads()
+        threads::available()
     };
     if n / nthreads < STREAM_MIN_COLS {
         return false;
