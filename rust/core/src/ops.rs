@@ -325,18 +325,22 @@ pub fn layernorm_row<T: Transcendental>(
     let mean = sum / n;
     let var = sq / n;
     let den = (var + eps).sqrt();
-    match affine {
-        Some((g, b)) => {
-            for i in 0..x.len() {
-                out[i] = (x[i] - mean) / den * g[i] + b[i];
+    // Element by element, compiled for the family's vectors (the same operations, unfused).
+    vectorized(
+        #[inline(always)]
+        || match affine {
+            Some((g, b)) => {
+                for (((o, &v), &gi), &bi) in out.iter_mut().zip(x).zip(g).zip(b) {
+                    *o = (v - mean) / den * gi + bi;
+                }
             }
-        }
-        None => {
-            for i in 0..x.len() {
-                out[i] = (x[i] - mean) / den;
+            None => {
+                for (o, &v) in out.iter_mut().zip(x) {
+                    *o = (v - mean) / den;
+                }
             }
-        }
-    }
+        },
+    )
 }
 
 /// Softmax of one row in place: subtract the max, exp, plain sum, divide.
