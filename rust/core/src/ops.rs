@@ -320,6 +320,17 @@ pub fn layernorm_row<T: Transcendental>(
     affine: Option<(&[T], &[T])>,
     eps: T,
 ) {
+    // (The element loops below stop at the shortest slice: every one must hold the row.)
+    assert!(
+        out.len() >= x.len(),
+        "layernorm_row: output shorter than the row"
+    );
+    if let Some((g, b)) = affine {
+        assert!(
+            g.len() >= x.len() && b.len() >= x.len(),
+            "layernorm_row: short gamma or beta"
+        );
+    }
     let n = T::from_f64(x.len() as f64);
     let (sum, sq) = T::moments(x);
     let mean = sum / n;
