@@ -12,7 +12,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -21,6 +20,8 @@ import numpy as np
 from threadpoolctl import ThreadpoolController, threadpool_info, threadpool_limits
 
 import gptcore  # the installed package (`pip install .`)
+
+from _cpu import cpu_flags, cpu_model
 
 # ---------------------------------------------------------------------------------------------
 # The machine's numbers: measured at start (or given on the command line), never constants of
@@ -211,44 +212,6 @@ def parse_str_list(text: str) -> List[str]:
 
 # ---------------------------------------------------------------------------------------------
 # Reports
-
-
-def cpu_model() -> str:
-    """The CPU's name from /proc/cpuinfo ('model name', or on arm64 the implementer and part),
-    else from lscpu, else platform.processor()."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if ":" in line:
-                    key, value = (x.strip() for x in line.split(":", 1))
-                    fields.setdefault(key, value)
-    except OSError:
-        pass
-    if fields.get("model name"):
-        return fields["model name"]
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    if "CPU part" in fields:
-        return f"implementer {fields.get('CPU implementer', '?')} part {fields['CPU part']}"
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def cpu_flags() -> List[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    have = set(line.split(":", 1)[1].split())
-                    return [x for x in ("avx2", "fma", "avx512f", "asimd", "sve") if x in have]
-    except OSError:
-        pass
-    return []
 
 
 def environment_report(extra: Sequence[str] = ()) -> str:
