@@ -115,23 +115,35 @@ def measure_peak(dtype: str) -> Tuple[float, str]:
                   f"{m}x{k}x{n} product gptcore {g / 1e9:.1f} and numpy {o / 1e9:.1f}")
 
 
-def measure_bandwidth(threads: int) -> float:
-    """Bytes/s that ``threads`` threads read from memory: each sums its own part of a float32
-    array twice the last-level cache (numpy's BLAS dot, one BLAS thread each, run from Python
-    threads; the GIL is released inside the call). Best of five passes."""
+def measure_bandwidth(threads: int) -> Tuple[float, str]:
+    """Bytes/s that ``threads`` threads read from memory, and how it was found: the higher of
+    gptcore's read probe (``gptcore._native.read_rate``: the team of ``threads`` threads, each
+    summing its own part of an array twice the last-level cache as integers with the active
+    kernel's vectors, fetching 4 KiB ahead; see ``gptcore_core::kernels::bandwidth``) and
+    numpy's BLAS ``dot`` over per-thread parts of such an array (one BLAS thread each, run from
+    Python threads; the GIL is released inside the call), each the best of its passes. On the
+    Zen 5 EPYC one thread of ``dot`` read 27-30 GB/s, held by its multiply-add chain, the probe
+    40-41 and gptcore's one-row products 37-41: the dot alone made a bound that decode beat."""
     from concurrent.futures import ThreadPoolExecutor
 
     total = max(256 << 20, 2 * MACHINE.l3_bytes)
+    before = gptcore.get_num_threads()
+    gptcore.set_num_threads(threads)
+    try:
+        probe = gptcore._native.read_rate(total, None, 0.5)
+    finally:
+        gptcore.set_num_threads(before)
     n = total // 4 // threads
     parts = [np.full(n, 1.0, np.float32) for _ in range(threads)]
-    best = 0.0
+    dot = 0.0
     with threadpool_limits(1), ThreadPoolExecutor(threads) as pool:
         for _ in range(5):
             t0 = time.perf_counter()
             list(pool.map(lambda x: float(np.dot(x, x)), parts))
-            best = max(best, n * 4 * threads / (time.perf_counter() - t0))
+            dot = max(dot, n * 4 * threads / (time.perf_counter() - t0))
     del parts
-    return best
+    who = "the read probe" if probe >= dot else "numpy dot"
+    return max(probe, dot), f"{who} (probe {probe / 1e9:.1f}, numpy dot {dot / 1e9:.1f})"
 
 
 def setup_machine(args, threads_list: Sequence[int], dtypes: Sequence[str] = ("float32",),
@@ -159,10 +171,12 @@ def setup_machine(args, threads_list: Sequence[int], dtypes: Sequence[str] = ("f
         MACHINE.notes.append("- read bandwidth (given): " + ", ".join(
             f"{t} thr {v / 1e9:.1f} GB/s" for t, v in MACHINE.read_bw.items()))
     elif need_bandwidth:
+        how = {}
         for t in sorted(set(threads_list)):
-            MACHINE.read_bw[t] = measure_bandwidth(t)
-        MACHINE.notes.append("- read bandwidth (measured, numpy dot over per-thread arrays): " + ", ".join(
-            f"{t} thr {v / 1e9:.1f} GB/s" for t, v in sorted(MACHINE.read_bw.items())))
+            MACHINE.read_bw[t], how[t] = measure_bandwidth(t)
+        MACHINE.notes.append("- read bandwidth (measured, the higher of gptcore's read probe and numpy dot): "
+                             + ", ".join(f"{t} thr {v / 1e9:.1f} GB/s, {how[t]}"
+                                         for t, v in sorted(MACHINE.read_bw.items())))
 
 
 def peak_flops(dtype: str, threads: int) -> float:
@@ -175,7 +189,7 @@ def bandwidth(threads: int) -> float:
     """Read bandwidth of ``threads`` threads: the measured or given value for the largest
     thread count not above it (measured now when nothing is known)."""
     if not MACHINE.read_bw:
-        MACHINE.read_bw[threads] = measure_bandwidth(threads)
+        MACHINE.read_bw[threads], _ = measure_bandwidth(threads)
     known = sorted(MACHINE.read_bw)
     below = [t for t in known if t <= threads]
     return MACHINE.read_bw[below[-1] if below else known[0]]

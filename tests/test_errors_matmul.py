@@ -317,6 +317,37 @@ def test_fma_rate_of_every_kernel_and_its_bad_arguments():
             _native.fma_rate("float32", k, 0.01)
 
 
+def test_read_rate_of_every_kernel_and_thread_count_and_its_bad_arguments():
+    # The benches' read bandwidth: a positive, finite rate for every kernel this CPU runs, on
+    # one thread and on two, the thread count left as it was; bad arguments are ValueErrors
+    # naming the argument.
+    from gptcore import _native
+
+    before = gptcore.get_num_threads()
+    try:
+        for threads in (1, 2):
+            gptcore.set_num_threads(threads)
+            for kern in gptcore.available_kernels():
+                for nbytes in (1, 4 << 20):
+                    r = _native.read_rate(nbytes, kern, 0.01)
+                    assert np.isfinite(r) and r > 0, (threads, kern, nbytes, r)
+            assert gptcore.get_num_threads() == threads
+    finally:
+        gptcore.set_num_threads(before)
+    for bad in (0, -1, (4 << 30) + 1):
+        with pytest.raises(ValueError, match="nbytes must be"):
+            _native.read_rate(bad)
+    for bad in (0.0, -1.0, float("nan"), 1e9):
+        with pytest.raises(ValueError, match="seconds must be"):
+            _native.read_rate(1 << 20, None, bad)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        _native.read_rate(1 << 20, "sse9")
+    missing = [k for k in ("avx512", "avx2", "neon") if k not in gptcore.available_kernels()]
+    for k in missing:
+        with pytest.raises(ValueError, match="not supported"):
+            _native.read_rate(1 << 20, k, 0.01)
+
+
 def test_matmul_with_a_kernel_this_cpu_cannot_run_is_a_value_error():
     # Forcing a kernel the CPU lacks is the caller's error: a ValueError naming it and the
     # kernels that run here, before any work, for every form of b (not an internal error).

@@ -255,6 +255,32 @@ fn available_kernels() -> Vec<&'static str> {
     gemm::available().into_iter().map(|k| k.name()).collect()
 }
 
+/// The kernel a probe runs with: `kernel`, or the active one when None.
+fn probe_kernel(kernel: Option<&str>) -> PyResult<Kernel> {
+    kernel.map_or_else(|| Ok(gemm::current_kernel()), parse_kernel)
+}
+
+/// A probe's time, checked: in (0, 60] seconds.
+fn probe_seconds(func: &str, seconds: f64) -> PyResult<f64> {
+    if seconds.is_finite() && seconds > 0.0 && seconds <= 60.0 {
+        Ok(seconds)
+    } else {
+        Err(PyValueError::new_err(format!(
+            "{func}: seconds must be in (0, 60], got {seconds}"
+        )))
+    }
+}
+
+/// A probe's result: `None` (the kernel cannot run here) as a ValueError.
+fn probe_ran(func: &str, k: Kernel, rate: Option<f64>) -> PyResult<f64> {
+    rate.ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "{func}: kernel {:?} is not supported on this CPU",
+            k.name()
+        ))
+    })
+}
+
 /// FLOP/s of one core's fused multiply-adds on a kernel's widest vectors, nothing else limiting
 /// them (see `gptcore_core::kernels::peak`): the benchmarks' peak. `kernel` None: the active
 /// one. Runs on the calling thread for about `seconds`, without the GIL.
@@ -270,24 +296,36 @@ fn fma_rate(py: Python<'_>, dtype: &str, kernel: Option<&str>, seconds: f64) -> 
             )))
         }
     };
-    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 60.0) {
+    let seconds = probe_seconds("fma_rate", seconds)?;
+    let k = probe_kernel(kernel)?;
+    let rate = detach(py, || {
+        gptcore_core::kernels::peak::fma_rate(k, double, seconds)
+    })?;
+    probe_ran("fma_rate", k, rate)
+}
+
+/// Largest buffer the read probe takes.
+const READ_RATE_MAX_BYTES: u64 = 4 << 30;
+
+/// Bytes/s that the thread team (`set_num_threads`) reads from a buffer of `nbytes`, each
+/// thread summing its own part with a kernel's vectors, nothing else limiting it (see
+/// `gptcore_core::kernels::bandwidth`): the benchmarks' read bandwidth. The best pass of
+/// about `seconds`, without the GIL.
+#[pyfunction]
+#[pyo3(signature = (nbytes, kernel=None, seconds=0.25))]
+fn read_rate(py: Python<'_>, nbytes: i64, kernel: Option<&str>, seconds: f64) -> PyResult<f64> {
+    if !(1..=READ_RATE_MAX_BYTES as i64).contains(&nbytes) {
         return Err(PyValueError::new_err(format!(
-            "fma_rate: seconds must be in (0, 60], got {seconds}"
+            "read_rate: nbytes must be in [1, {READ_RATE_MAX_BYTES}], got {nbytes}"
         )));
     }
-    let k = match kernel {
-        None => gemm::current_kernel(),
-        Some(n) => parse_kernel(n)?,
-    };
-    detach(py, || {
-        gptcore_core::kernels::peak::fma_rate(k, double, seconds)
+    let seconds = probe_seconds("read_rate", seconds)?;
+    let k = probe_kernel(kernel)?;
+    let rate = detach(py, || {
+        gptcore_core::kernels::bandwidth::read_rate(k, nbytes as usize, seconds)
     })?
-    .ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "fma_rate: kernel {:?} is not supported on this CPU",
-            k.name()
-        ))
-    })
+    .map_err(to_py_err)?;
+    probe_ran("read_rate", k, rate)
 }
 
 #[pyfunction]
@@ -344,6 +382,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(block_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(fma_rate, m)?)?;
+    m.add_function(wrap_pyfunction!(read_rate, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     Ok(())
 }

@@ -218,6 +218,7 @@ macro_rules! with_family {
     };
 }
 
+pub mod bandwidth;
 pub mod peak;
 
 /// Kernel `k`'s FMA probe ([`peak`]), float64 when `double`.
