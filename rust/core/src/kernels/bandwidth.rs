@@ -1,8 +1,9 @@
 //! The read probe: how many bytes a second the thread team reads from memory when nothing else
-//! limits it. Each thread sums its own part of a buffer several times the last-level cache,
-//! as 32-bit integers in [`LANES`] independent lanes (wrapping adds: one cycle each, no chain
-//! of dependent operations, compiled for the family's vectors) and asking for each cache line
-//! [`AHEAD`] of its use, so the loads alone set the pace.
+//! limits it. Each thread sums its own part of a buffer (the benchmarks give one twice the
+//! last-level cache, so that it comes from memory) as 32-bit integers in [`LANES`] independent
+//! lanes (wrapping adds: one cycle each, no chain of dependent operations, compiled for the
+//! family's vectors), asking for each cache line [`AHEAD`] of its use, so the loads alone set
+//! the pace.
 //!
 //! Benchmarks divide by this rate where a step must read every weight (decode, one-row
 //! products). A library's own reduction is a lower bound of it only: on the 2-core AMD EPYC of
