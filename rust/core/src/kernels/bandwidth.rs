@@ -58,18 +58,11 @@ pub fn read_rate(k: Kernel, bytes: usize, seconds: f64) -> crate::Result<Option<
     let parts = threads::num_threads();
     let n = (bytes / 4).max(parts);
     let mut buf = try_zeroed::<f32>(n, "read_rate")?;
-    // Every page written once (faulted in, and not the shared zero page), each part by the
-    // thread that is likely to read it.
+    // Every page written once: faulted in, not the shared zero page.
+    buf.fill(1.0);
+    let buf = &buf;
     let len = n.div_ceil(parts);
     let range = |i: usize| (i * len).min(n)..((i + 1) * len).min(n);
-    let base = threads::SendPtr(buf.as_mut_ptr());
-    threads::parallel_for(parts, |i| {
-        let r = range(i);
-        // SAFETY: items own disjoint ranges inside the buffer.
-        let part = unsafe { std::slice::from_raw_parts_mut(base.get().add(r.start), r.len()) };
-        part.fill(1.0);
-    });
-    let buf = &buf;
     let pass = || {
         let t0 = Instant::now();
         threads::parallel_for(parts, |i| {
