@@ -77,16 +77,24 @@ fn forward(m: &Model<f32>, ids: &[u32], batch: usize) -> Vec<u32> {
 
 fn config(tied: bool, sinusoidal: bool) -> Config {
     Config {
+        family: Family::Gpt2,
         vocab_size: 101,
         n_ctx: 96,
         d_model: 64,
         n_heads: 4,
+        n_kv_heads: 4,
+        d_head: 16,
         n_layers: 2,
         d_ff: 160,
-        sinusoidal,
+        positions: if sinusoidal {
+            Positions::Sinusoidal
+        } else {
+            Positions::Learned
+        },
         tied,
         ln_eps: 1e-5,
         attn_bias: true,
+        attn_out_bias: true,
         mlp_bias: true,
         ln_affine: true,
     }
