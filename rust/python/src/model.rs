@@ -184,7 +184,7 @@ pub fn tensor_schema(
     config: &Bound<'_, PyAny>,
 ) -> PyResult<Vec<(String, Vec<usize>, &'static str)>> {
     let cfg = config_from_py(config)?;
-    cfg.validate().map_err(to_py_err)?;
+    gptcore_core::decoder::validate(&cfg).map_err(to_py_err)?;
     Ok(gptcore_core::decoder::schema(&cfg)
         .into_iter()
         .map(|t| (t.name, t.shape, t.kind))

@@ -342,24 +342,21 @@ fn llama_half_model_equals_rounded_f32_model() {
 #[test]
 fn llama_bad_configs_are_errors() {
     let ok = config(4, 2, RopeScaling::Default);
-    assert!(ok.validate().is_ok());
-    let e = Config {
+    assert!(validate(&ok).is_ok());
+    let e = validate(&Config {
         n_kv_heads: 3,
         ..ok.clone()
-    }
-    .validate();
+    });
     assert!(matches!(e, Err(crate::Error::Value(ref s)) if s.contains("multiple of n_kv_heads")));
-    let e = Config {
+    let e = validate(&Config {
         d_head: 15,
         ..ok.clone()
-    }
-    .validate();
+    });
     assert!(matches!(e, Err(crate::Error::Value(ref s)) if s.contains("even head width")));
-    let e = Config {
+    let e = validate(&Config {
         positions: Positions::Learned,
         ..ok.clone()
-    }
-    .validate();
+    });
     assert!(e.is_err());
     // A tensor of the wrong shape names itself.
     let w = weights::<f32>(&ok, 1);

@@ -35,10 +35,11 @@ pub use crate::half::WeightFormat;
 pub use block::Block;
 pub use config::{Config, Family, Positions};
 pub use embedding::Embedding;
+pub use families::{layout, schema, validate};
 pub use linear::Linear;
 pub use norm::Norm;
 pub use rotary::{Rope, RopeScaling};
-pub use schema::{schema, Layout, Tensor, TensorSpec};
+pub use schema::{Layout, Tensor, TensorSpec};
 pub use storage::{Fetch, Packed, Table};
 
 use crate::buffer_pool::BufferPool;
@@ -150,8 +151,8 @@ impl<T: Float> Model<T> {
         format: WeightFormat,
         fetch: Option<&Fetch<'_>>,
     ) -> Result<Self> {
-        cfg.validate()?;
-        let layout = Layout::new(&cfg);
+        validate(&cfg)?;
+        let layout = layout(&cfg);
         let src = Source {
             full: weights,
             format,

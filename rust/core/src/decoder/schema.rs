@@ -1,11 +1,10 @@
-//! The tensors of a model and the layers they make: the one definition of every name and
-//! shape. A family's `schema.rs` (`decoder/families/*/`) builds a [`Layout`] from a
-//! [`Config`] out of the shared specs below; loading ([`super::Model::new`]), exporting
-//! ([`super::Model::export`]) and Python's validation, weight initialisation and documentation
-//! ([`schema`]) all read it from there.
+//! The tensors of a model and the layers they make. A family's `schema.rs`
+//! (`decoder/families/*/`) builds a [`Layout`] from a config out of the shared specs below:
+//! the one definition of every name and shape, which loading ([`super::Model::new`]),
+//! exporting ([`super::Model::export`]) and Python's validation, weight initialisation and
+//! documentation ([`super::schema`]) all read.
 
 use super::rotary::Rope;
-use super::Config;
 
 /// One tensor: its name, shape, and what it is (the initialisation schemes and the 16-bit
 /// storage key on the kind: `wte`, `wpe`, `ln_weight`, `ln_bias`, `c_attn`, `q_proj`,
@@ -167,11 +166,6 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout of `cfg`, built by its family.
-    pub fn new(cfg: &Config) -> Self {
-        super::families::layout(cfg)
-    }
-
     /// Every tensor, flattened in canonical order.
     pub fn tensors(&self) -> Vec<&TensorSpec> {
         fn norm<'a>(out: &mut Vec<&'a TensorSpec>, n: &'a NormSpec) {
@@ -216,11 +210,6 @@ impl Layout {
         out.extend(&self.lm_head);
         out
     }
-}
-
-/// The schema of `cfg`: every tensor's name, shape and kind in canonical order.
-pub fn schema(cfg: &Config) -> Vec<TensorSpec> {
-    Layout::new(cfg).tensors().into_iter().cloned().collect()
 }
 
 /// A named weight handed to [`super::Model::new`]: its shape and row-major data.

@@ -3,13 +3,13 @@
 //!
 //! A new family (Phi-3, Gemma, Qwen3, ...) is a new folder with a `schema.rs` that builds a
 //! [`Layout`] from the [`Config`] and a `mod.rs` that states its recipe and checks its
-//! config, plus its arm in the two functions below.
+//! config, plus its arm in [`layout`] and [`validate`].
 
 mod gpt2;
 mod llama;
 
 use super::config::{Config, Family};
-use super::schema::Layout;
+use super::schema::{Layout, TensorSpec};
 use crate::Result;
 
 /// The layers and tensors of `cfg`, as its family builds them.
@@ -20,8 +20,15 @@ pub fn layout(cfg: &Config) -> Layout {
     }
 }
 
-/// What the family asks of a config beyond the shared checks of [`Config::validate`].
+/// The schema of `cfg`: every tensor's name, shape and kind in canonical order.
+pub fn schema(cfg: &Config) -> Vec<TensorSpec> {
+    layout(cfg).tensors().into_iter().cloned().collect()
+}
+
+/// Whether `cfg` describes a model: the shared checks of [`Config::validate`], then the
+/// family's.
 pub fn validate(cfg: &Config) -> Result<()> {
+    cfg.validate()?;
     match cfg.family {
         Family::Gpt2 => gpt2::validate(cfg),
         Family::Llama => llama::validate(cfg),
