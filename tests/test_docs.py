@@ -143,10 +143,18 @@ def test_figure_blocks_run(page):
 
 
 def _modules():
+    """gptcore and every module under it, subpackages' included (``__main__`` modules, which
+    run the command when imported, left out)."""
     import gptcore
 
-    names = sorted(m.name for m in pkgutil.iter_modules(gptcore.__path__) if not m.name.startswith("__"))
-    return [importlib.import_module(f"gptcore.{n}") for n in names]
+    names = sorted(m.name for m in pkgutil.walk_packages(gptcore.__path__, "gptcore.")
+                   if not m.name.rsplit(".", 1)[-1].startswith("__"))
+    return [gptcore] + [importlib.import_module(n) for n in names]
+
+
+def test_docstring_modules_include_the_subpackages():
+    names = {m.__name__ for m in _modules()}
+    assert {"gptcore", "gptcore.weights.formats", "gptcore.weights.checkpoint", "gptcore.cli.generate"} <= names
 
 
 def test_docstring_examples():
@@ -176,7 +184,7 @@ def test_docstrings_have_no_sphinx_roles():
             ours = obj is module or str(getattr(obj, "__module__", "")).startswith("gptcore")
             if ours and isinstance(doc, str) and _SPHINX_ROLE.search(doc):
                 offenders.append(getattr(obj, "__qualname__", getattr(obj, "__name__", repr(obj))))
-    for path in (DOCS.parent / "python" / "gptcore").glob("*.py"):
+    for path in (DOCS.parent / "python" / "gptcore").rglob("*.py"):
         if _SPHINX_ROLE.search(path.read_text(encoding="utf-8")):
             offenders.append(path.name)
     assert not offenders, offenders

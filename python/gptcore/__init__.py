@@ -9,6 +9,16 @@ asking ``gptcore`` for one of them raises an ``AttributeError`` that names where
 
 from __future__ import annotations
 
+from .accounting import (
+    ChinchillaBudget,
+    FlopCount,
+    LogitsMemory,
+    ParamCount,
+    chinchilla,
+    flops_per_token,
+    logits_memory,
+    param_count,
+)
 from .config import PRESETS, GPTConfig
 from .linalg import (
     PackedMatrix,
@@ -20,20 +30,19 @@ from .linalg import (
     set_kernel,
     set_num_threads,
 )
-from .accounting import (
-    ChinchillaBudget,
-    FlopCount,
-    LogitsMemory,
-    ParamCount,
-    chinchilla,
-    flops_per_token,
-    logits_memory,
-    param_count,
-)
 from .model import Model, forward, load, softmax
 from .tokenizer import Tokenizer
-from .half import from_half_bits, round_weights, to_half_bits
-from .weights import expected_shapes, infer_config, init_weights, load_safetensors, save_safetensors, validate
+from .weights import (
+    expected_shapes,
+    from_half_bits,
+    infer_config,
+    init_weights,
+    load_safetensors,
+    round_weights,
+    save_safetensors,
+    to_half_bits,
+    validate,
+)
 
 __version__ = "0.1.0"
 

@@ -14,8 +14,9 @@ from . import _native
 from ._memory import check_alloc
 from ._checks import check_token_range, dtype_name, token_ids
 from .config import GPTConfig
-from .half import half_dtype_name, open_lazy, save_half
 from .weights import infer_config, load_safetensors, save_safetensors, validate
+from .weights.checkpoint import open_lazy
+from .weights.formats import weight_dtype_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scoring import ScoreResult
@@ -34,7 +35,7 @@ def _weight_dtype(weight_dtype: Any, dtype_name: str) -> Optional[str]:
     """None, or "bfloat16" / "float16" (which needs dtype float32)."""
     if weight_dtype is None:
         return None
-    wd = half_dtype_name("weight_dtype", weight_dtype)
+    wd = weight_dtype_name("weight_dtype", weight_dtype)
     if dtype_name != "float32":
         raise ValueError(
             f"weight_dtype={wd!r} needs dtype='float32' (16-bit weights, float32 arithmetic), got dtype={dtype_name!r}"
@@ -124,8 +125,9 @@ class Model:
         self._native = _native.NativeModel(native_weights, config, name, wd)
 
     @classmethod
-    def _from_checkpoint_half(cls, path: Any, weight_dtype: str, n_heads: Optional[int]) -> "Model":
-        """A 16-bit model read one tensor at a time (no float32 copy of the weights)."""
+    def _from_checkpoint_lazily(cls, path: Any, weight_dtype: str, n_heads: Optional[int]) -> "Model":
+        """A model with ``weight_dtype`` weights read one tensor at a time (no float32 copy of
+        the weights)."""
         small, config, fetch = open_lazy(path, weight_dtype, n_heads)
         m = cls.__new__(cls)
         m._config = config
@@ -488,11 +490,8 @@ class Model:
         """Write the weights the model computes with (in its dtype, ``branch_scale`` applied) as
         a Hugging Face style folder (``config.json`` + ``model.safetensors``) or a
         ``.safetensors`` file, so that ``load`` gives back the same model."""
-        if self._weight_dtype is not None:
-            # BF16/F16 tensors: the stored values exactly (widened on export, rounded back).
-            save_half(self._native.export(), self._config, path, self._weight_dtype)
-            return
-        save_safetensors(self._native.export(), self._config, path)
+        # In a 16-bit format, the stored values exactly: widened on export, rounded back.
+        save_safetensors(self._native.export(), self._config, path, weight_dtype=self._weight_dtype)
 
 
 def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: Optional[GPTConfig] = None, **options: Any):
@@ -540,7 +539,7 @@ def load(
     name = _dtype_name(dtype)
     wd = _weight_dtype(weight_dtype, name)
     if wd is not None:
-        model = Model._from_checkpoint_half(path, wd, n_heads)
+        model = Model._from_checkpoint_lazily(path, wd, n_heads)
     else:
         weights, config = load_safetensors(path, n_heads=n_heads)
         model = Model(weights, config, dtype=dtype, n_heads=n_heads)
