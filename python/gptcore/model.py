@@ -6,21 +6,21 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _native
-from ._memory import check_alloc
 from ._checks import check_token_range, dtype_name, token_ids
+from ._memory import check_alloc
 from .config import GPTConfig
+from .sampling import check_sampling_args, choose
+from .scoring import ScoreResult
+from .text import generate_text, score_text, stream_text
+from .tokenizer import Tokenizer, missing_tokenizer_message
 from .weights import infer_config, load_safetensors, save_safetensors, validate
 from .weights.checkpoint import open_lazy
 from .weights.formats import weight_dtype_name
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .scoring import ScoreResult
-    from .tokenizer import Tokenizer
 
 __all__ = ["Model", "forward", "load", "softmax"]
 
@@ -173,8 +173,6 @@ class Model:
 
     @tokenizer.setter
     def tokenizer(self, tokenizer: Optional["Tokenizer"]) -> None:
-        from .tokenizer import Tokenizer
-
         if tokenizer is not None:
             if not isinstance(tokenizer, Tokenizer):
                 raise TypeError(f"tokenizer must be a gptcore Tokenizer or None, got {type(tokenizer).__name__}")
@@ -187,8 +185,6 @@ class Model:
 
     def _require_tokenizer(self, fn: str) -> "Tokenizer":
         if self._tokenizer is None:
-            from .tokenizer import missing_tokenizer_message
-
             why = self._tokenizer_missing or (
                 missing_tokenizer_message(None) + "; load such a folder with gptcore.load, or set "
                 "model.tokenizer = gptcore.Tokenizer.from_folder(folder)")
@@ -197,21 +193,15 @@ class Model:
 
     def generate_text(self, prompt: str, max_new_tokens: int, **options: Any) -> str:
         """The continuation of ``prompt`` as text; see ``gptcore.text.generate_text``."""
-        from .text import generate_text
-
         return generate_text(self, prompt, max_new_tokens, **options)
 
     def stream_text(self, prompt: str, max_new_tokens: int, **options: Any) -> Iterator[str]:
         """Yield the continuation of ``prompt`` piece by piece, whole characters only; see
         ``gptcore.text.stream_text``."""
-        from .text import stream_text
-
         return stream_text(self, prompt, max_new_tokens, **options)
 
     def score_text(self, text: str, **options: Any) -> "ScoreResult":
         """Log-likelihood and perplexity of ``text``; see ``gptcore.text.score_text``."""
-        from .text import score_text
-
         return score_text(self, text, **options)
 
     def __repr__(self) -> str:
@@ -413,8 +403,6 @@ class Model:
 
     def _generate_iter(self, ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens,
                        context_shift=1):
-        from .sampling import check_sampling_args, choose
-
         arr, one_d = _check_ids(ids, self._config)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
             raise TypeError(f"generate: max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
@@ -534,8 +522,6 @@ def load(
     of that format bit for bit, others rounded to nearest even), so no float32 copy of the
     model is made.
     """
-    from .tokenizer import Tokenizer, missing_tokenizer_message
-
     name = _dtype_name(dtype)
     wd = _weight_dtype(weight_dtype, name)
     if wd is not None:
