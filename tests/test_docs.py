@@ -172,6 +172,24 @@ def test_docstring_examples():
     assert attempted >= 20, attempted
 
 
+def test_docstring_examples_sit_under_an_examples_heading():
+    """A ``>>>`` line in a docstring comes after its ``Examples:`` heading: without it,
+    mkdocstrings renders the lines as Markdown, and ``>>>`` becomes quotes nested in quotes
+    (the browser test checks the rendered pages for that too)."""
+    import ast
+
+    offenders = []
+    for path in sorted((DOCS.parent / "python" / "gptcore").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        for node in nodes:
+            lines = (ast.get_docstring(node) or "").splitlines()
+            prompts = [i for i, line in enumerate(lines) if line.lstrip().startswith(">>>")]
+            if prompts and not any(line.strip() in ("Examples:", "Example:") for line in lines[:prompts[0]]):
+                offenders.append(f"{path.name}: {getattr(node, 'name', 'the module')}")
+    assert not offenders, offenders
+
+
 _SPHINX_ROLE = re.compile(r":(?:func|meth|class|mod|data|attr|exc|obj|const|ref|py:\w+):`")
 
 
