@@ -69,11 +69,11 @@ def test_info_skeleton_and_logits_options(capsys):
 
 def test_info_table_is_aligned(capsys):
     _, out = run_main(capsys, "info", "gpt2-medium")
-    rows = [l for l in out.splitlines() if l.startswith("  ")]
+    rows = [line for line in out.splitlines() if line.startswith("  ")]
     assert len(rows) > 10
-    assert len({len(l) for l in rows}) == 1  # every value ends in the same column
+    assert len({len(line) for line in rows}) == 1  # every value ends in the same column
     # and every label starts in the same column, values separated by at least two spaces
-    assert all(re.match(r"  \S.*\S {2,}\S.*$", l) for l in rows)
+    assert all(re.match(r"  \S.*\S {2,}\S.*$", line) for line in rows)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
