@@ -145,7 +145,7 @@ def _read(item: Tuple[int, Optional[str], Any], spec: _ModelSpec, vocab_size: in
         return check_document(data, vocab_size, "token ids")
     with open(path, "r", encoding="utf-8") as fh:
         text = fh.read()
-    ids = _tokenizer(spec).encode(text)
+    ids = _tokenizer(spec).encode(text, add_special_tokens=True)
     return check_document(ids, vocab_size, "token ids")
 
 

@@ -44,12 +44,12 @@ class _TextModel(Protocol):
 
 
 def encode_prompt(model: _TextModel, prompt: Any, fn: str) -> np.ndarray:
-    """The prompt's ids, or a clear error for a model without tokenizer, a non-str or an
-    empty prompt."""
+    """The prompt's ids (with what the tokenizer's post-processor adds: Llama 3's BOS), or a
+    clear error for a model without tokenizer, a non-str or an empty prompt."""
     tok = model._require_tokenizer(fn)
     if not isinstance(prompt, str):
         raise TypeError(f"{fn}: prompt must be a str, got {type(prompt).__name__}")
-    ids = tok.encode(prompt)
+    ids = tok.encode(prompt, add_special_tokens=True)
     if ids.size == 0:
         raise ValueError(f"{fn}: the prompt is empty (GPT-2 has no start token to generate from)")
     return ids
@@ -70,8 +70,9 @@ def stream_text(
 
     ``options`` are those of ``gptcore.Model.generate`` (``temperature``, ``top_k``,
     ``top_p``, ``greedy``, ``seed``, ``stop_tokens``, ``context_shift``). With
-    ``stop_at_eos`` (default) generation also stops at the tokenizer's end-of-text token
-    (``<|endoftext|>``), which is not part of the text.
+    ``stop_at_eos`` (default) generation also stops at the tokenizer's end-of-text tokens
+    (``eos_ids``: ``<|endoftext|>`` for GPT-2; a Llama-family folder's
+    ``generation_config.json`` lists its own), which are not part of the text.
     """
     ids = encode_prompt(model, prompt, "stream_text")
     for _, piece in stream_pieces(model, ids, max_new_tokens, stop_at_eos=stop_at_eos, **options):
@@ -94,8 +95,8 @@ def stream_pieces(
         if isinstance(stops, (str, bytes)) or not hasattr(stops, "__iter__"):
             raise TypeError(f"stream_text: stop_tokens must be an iterable of int token ids, got {type(stops).__name__}")
         stops = list(stops)
-    if stop_at_eos and tok.eos_id is not None:
-        stops = (stops or []) + [tok.eos_id]
+    if stop_at_eos and tok.eos_ids:
+        stops = (stops or []) + list(tok.eos_ids)
     decoder = tok.stream()
     stop_set = None
     for t in model.stream(ids, max_new_tokens, stop_tokens=stops, **options):
@@ -127,15 +128,16 @@ def score_text(
     """Log-likelihood and perplexity of ``text`` (a ``gptcore.scoring.ScoreResult``:
     ``tokens``, ``nll``, ``mean``, ``perplexity``, ``logprobs``).
 
-    The text is encoded and scored with ``gptcore.scoring.score_ids``: every token but the
-    first is scored once; a text longer than ``context`` (default ``n_ctx``) is cut into
+    The text is encoded (with what the tokenizer's post-processor adds: Llama 3's BOS, which
+    is then the unscored first token) and scored with ``gptcore.scoring.score_ids``: every
+    token but the first is scored once; a text longer than ``context`` (default ``n_ctx``) is cut into
     windows every ``stride`` tokens (default ``context // 2``), and each token after the first
     window is predicted from at least ``context - stride`` tokens before it.
     """
     tok = model._require_tokenizer("score_text")
     if not isinstance(text, str):
         raise TypeError(f"score_text: text must be a str, got {type(text).__name__}")
-    ids = tok.encode(text)
+    ids = tok.encode(text, add_special_tokens=True)
     if ids.size < 2:
         raise ValueError(f"score_text: the text has {ids.size} token(s); scoring needs at least 2 "
                          "(the first token is never scored)")

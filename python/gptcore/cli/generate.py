@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
         raise Fail(f"--context-shift must be at most n_ctx = {n_ctx}, got {shift}", 2)
     tok = model.tokenizer
     t0 = time.perf_counter()
-    ids = tok.encode(args.prompt)
+    ids = tok.encode(args.prompt, add_special_tokens=True)
     t_encode = time.perf_counter() - t0
-    learned = model.config.pos == "learned"
+    learned = model.config.pos != "sinusoidal"  # learned and rotary positions stop at n_ctx
     prompt_len = min(len(ids), n_ctx) if learned else len(ids)
     if len(ids) > prompt_len:
         print(f"gptcore generate: the prompt's {len(ids):,} tokens are cropped to the last {n_ctx:,}",

@@ -1,6 +1,7 @@
 """``gptcore info MODEL``: the accounting of a preset, a model folder or a safetensors file
 (parameters by component, FLOPs per token, the attention share, the logits memory, the
-Chinchilla budget)."""
+Chinchilla budget). A folder or file is described from its ``config.json`` and the
+safetensors headers alone: no weight is read."""
 
 from __future__ import annotations
 
@@ -9,19 +10,21 @@ from pathlib import Path
 from typing import List, Tuple
 
 from ..accounting import chinchilla, flops_per_token, logits_memory, param_count
-from ..config import PRESETS, GPTConfig
+from ..config import LLAMA_PRESETS, PRESETS, GPTConfig
 from ..lessons import lesson14_counting
 from ..tokenizer import Tokenizer
-from ..weights import infer_config, load_safetensors
+from ..weights.checkpoint import inspect_checkpoint
 from ._common import Fail, file_error, fmt_int, fmt_size, positive, table
 
 __all__ = ["add_parser", "run"]
+
+_PRESET_NAMES = sorted(PRESETS) + sorted(LLAMA_PRESETS)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="parameters, FLOPs and memory of a preset model")
     info.add_argument("model", type=_model_arg, metavar="MODEL",
-                      help="a preset (any case: " + ", ".join(sorted(PRESETS)) + "), a model folder or a .safetensors file")
+                      help="a preset (any case: " + ", ".join(_PRESET_NAMES) + "), a model folder or a .safetensors file")
     info.add_argument("--T", type=positive, default=None, help="context length for FLOPs and logits (default: n_ctx)")
     info.add_argument("--batch", type=positive, default=1, help="batch size for the logits memory (default 1)")
     info.add_argument("--bytes", type=positive, default=4, help="bytes per logit (default 4, float32)")
@@ -42,14 +45,15 @@ def run(args: argparse.Namespace) -> int:
     mem = logits_memory(args.batch, T, cfg.vocab_size, bytes=args.bytes)
     budget = chinchilla(counts.total)
     head = "0 (tied)" if cfg.tied else fmt_int(counts.lm_head)
-    pos = fmt_int(counts.position_embedding) + ("" if cfg.pos == "learned" else " (sinusoidal)")
+    pos = fmt_int(counts.position_embedding) + ("" if cfg.pos == "learned" else f" ({cfg.pos})")
+    norm = "final RMSNorm" if cfg.family == "llama" else "final LayerNorm"
     sections = [
         ("Parameters", [
             ("token embedding", fmt_int(counts.token_embedding)),
             ("position embedding", pos),
             ("per block", fmt_int(counts.per_block)),
             (f"blocks (x {counts.n_blocks})", fmt_int(counts.blocks)),
-            ("final LayerNorm", fmt_int(counts.final_ln)),
+            (norm, fmt_int(counts.final_ln)),
             ("LM head", head),
             ("total", fmt_int(counts.total)),
             ("blocks share", f"{counts.share('blocks') * 100:.2f} %"),
@@ -78,14 +82,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _model_arg(text: str) -> str:
     """``info``'s MODEL: a preset name in any case, or an existing folder or file."""
-    if text.lower() in PRESETS or Path(text).exists():
+    if text.lower() in _PRESET_NAMES or Path(text).exists():
         return text
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {text!r} is neither a preset ({', '.join(sorted(PRESETS))}) "
+        f"invalid choice: {text!r} is neither a preset ({', '.join(_PRESET_NAMES)}) "
         "nor an existing model folder or .safetensors file")
 
 
 def _describe(cfg: GPTConfig) -> str:
+    if cfg.family == "llama":
+        return _describe_llama(cfg)
     parts = [
         f"vocab {cfg.vocab_size:,}",
         f"context {cfg.n_ctx:,}",
@@ -108,21 +114,44 @@ def _describe(cfg: GPTConfig) -> str:
     return ", ".join(parts)
 
 
+def _describe_llama(cfg: GPTConfig) -> str:
+    rope = f"rotary positions (theta {cfg.rope_theta:g}"
+    rope += f", {cfg.rope_scaling.rope_type} x{cfg.rope_scaling.factor:g})" if cfg.rope_scaling else ")"
+    biases = [name for name, on in (("q/k/v", cfg.attn_bias), ("output", cfg.attn_out_bias), ("MLP", cfg.bias)) if on]
+    parts = [
+        "Llama family",
+        f"vocab {cfg.vocab_size:,}",
+        f"context {cfg.n_ctx:,}",
+        f"d_model {cfg.d_model}",
+        f"heads {cfg.n_heads} (key/value heads {cfg.n_kv_heads}, width {cfg.head_dim})",
+        f"layers {cfg.n_layers}",
+        f"SwiGLU d_ff {cfg.d_ff}",
+        rope,
+        "tied head" if cfg.tied else "separate head",
+        ("biases: " + ", ".join(biases)) if biases else "no biases",
+        f"RMSNorm eps {cfg.ln_eps:g}",
+    ]
+    return ", ".join(parts)
+
+
 def _info_config(model: str) -> Tuple[GPTConfig, List[str]]:
     """The configuration ``info`` describes, and lines that say where it came from."""
-    if model.lower() in PRESETS:
+    if model.lower() in _PRESET_NAMES:
         return GPTConfig.preset(model.lower()), []
     p = Path(model)
     try:
-        weights, cfg = load_safetensors(p)
+        found = inspect_checkpoint(p, fn="info")
     except FileNotFoundError as e:
         raise Fail(file_error(e)) from None
     except (ValueError, TypeError) as e:
         raise Fail(str(e)) from None
+    cfg = found.config
     lines = []
-    if cfg is None:
-        cfg = infer_config(weights)
+    if found.source == "the configuration inferred from the shapes":
         lines.append(f"  (no stored configuration: sizes inferred from the tensors, {cfg.n_heads} heads of 64 assumed)")
+    stored = sorted(set(found.dtypes.values()))
+    lines.append(f"  stored as {', '.join(stored)}" + (
+        f": gptcore.load keeps the {found.stored_format} weights (float32 arithmetic)" if found.stored_format else ""))
     if p.is_dir():
         try:
             tok = Tokenizer.from_folder(p)

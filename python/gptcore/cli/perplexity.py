@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise Fail(f"--context/--stride: {e}", 2) from None
     texts = [_read_text(f) for f in args.files]
     t0 = time.perf_counter()
-    docs = [model.tokenizer.encode(t) for t in texts]
+    docs = [model.tokenizer.encode(t, add_special_tokens=True) for t in texts]
     t_encode = time.perf_counter() - t0
     for name, d in zip(args.files, docs):
         if d.size < 2:
