@@ -1,0 +1,18 @@
+"""GGUF files and ggml's block formats, with numpy only.
+
+* ``format``: the file format's constants and type tables;
+* ``reader``: ``GGUFReader``, a checked, memory-mapped reader (tensors as zero-copy views);
+* ``writer``: ``write_gguf``, a GGUF v3 writer;
+* ``quants``: the reference Q8_0 / Q4_0 quantizers, ``dequantize`` and ``round_weights``;
+* ``names``: each architecture's tensor names and layouts (``gpt2``, ``llama``, ``qwen2``);
+* ``policy``: which tensors are stored in which type;
+* ``tokenizer``: a byte-level BPE tokenizer to and from ``tokenizer.ggml.*`` metadata;
+* ``checkpoint``: ``gpt2`` GGUF files as gptcore models (``load_gguf``, ``save_gguf``).
+
+Nothing here needs the ``gguf`` package; the tests use it as an independent reference.
+"""
+
+from .format import Value, ValueType
+from .quants import QUANT_FORMATS, dequantize, quantize, round_weights
+
+__all__ = ["QUANT_FORMATS", "Value", "ValueType", "dequantize", "quantize", "round_weights"]
