@@ -14,5 +14,18 @@ Nothing here needs the ``gguf`` package; the tests use it as an independent refe
 
 from .format import Value, ValueType
 from .quants import QUANT_FORMATS, dequantize, quantize, round_weights
+from .reader import GGUFReader, TensorInfo
+from .writer import WriterTensor, write_gguf
 
-__all__ = ["QUANT_FORMATS", "Value", "ValueType", "dequantize", "quantize", "round_weights"]
+__all__ = [
+    "GGUFReader",
+    "QUANT_FORMATS",
+    "TensorInfo",
+    "Value",
+    "ValueType",
+    "WriterTensor",
+    "dequantize",
+    "quantize",
+    "round_weights",
+    "write_gguf",
+]
