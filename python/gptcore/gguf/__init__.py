@@ -12,6 +12,7 @@
 Nothing here needs the ``gguf`` package; the tests use it as an independent reference.
 """
 
+from .checkpoint import describe, is_gguf, load_gguf, save_gguf, write_model
 from .format import Value, ValueType
 from .quants import QUANT_FORMATS, dequantize, quantize, round_weights
 from .reader import GGUFReader, TensorInfo
@@ -25,7 +26,12 @@ __all__ = [
     "ValueType",
     "WriterTensor",
     "dequantize",
+    "describe",
+    "is_gguf",
+    "load_gguf",
     "quantize",
     "round_weights",
+    "save_gguf",
     "write_gguf",
+    "write_model",
 ]
