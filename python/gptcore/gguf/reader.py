@@ -283,17 +283,21 @@ class GGUFReader:
             if n_dims > MAX_DIMS:
                 raise _Malformed(f"tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS})")
             ne = tuple(cur.u64(f"dimension {j} of tensor {name!r}") for j in range(n_dims))
-            n = 1
             for j, d in enumerate(ne):
                 if d > _INT64_MAX:
                     raise _Malformed(f"dimension {j} of tensor {name!r} is {d}, beyond a signed 64-bit integer")
-                n *= max(d, 1)  # a zero dimension does not excuse the others (numpy's shapes must fit)
-            if n > _INT64_MAX:
-                raise _Malformed(f"the dimensions {list(ne)} of tensor {name!r} overflow: {n} elements")
             code = cur.u32(f"the type of tensor {name!r}")
             ttype = TYPE_IDS.get(code)
             if ttype is None:
                 raise _Malformed(f"tensor {name!r} has unknown type {code}")
+            # The bytes of the tensor and of its float32 (or wider) copies must fit a signed 64-bit
+            # size, zero dimensions counted as one: numpy refuses an array of shape (0, 2**62) of
+            # 2-byte values as too big even though it holds nothing.
+            n = max(ttype.type_size, 8)
+            for d in ne:
+                n *= max(d, 1)
+            if n > _INT64_MAX:
+                raise _Malformed(f"the dimensions {list(ne)} of tensor {name!r} ({ttype.name}) overflow a 64-bit size")
             row = ne[0] if ne else 1  # ggml counts a missing dimension as 1
             if row % ttype.block_size:
                 raise _Malformed(f"tensor {name!r} of type {ttype.name} has rows of {row} values, not a multiple "
