@@ -217,3 +217,12 @@ def test_round_weights_of_a_model_quantizes_along_k_and_keeps_the_rest():
     for name in ("wte.weight", "lm_head.weight"):  # rows of (V, d) are along K already
         assert np.array_equal(r[name], ref.dequantize(_ref_quantize(w[name], T.Q4_0), T.Q4_0)), name
     assert np.array_equal(r["wpe.weight"], w["wpe.weight"])
+
+
+def test_docstring_examples():
+    import doctest
+
+    import gptcore.gguf.quants as module
+
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted >= 3, result
