@@ -29,8 +29,10 @@ refused. A tied head is written once (``token_embd.weight``; llama.cpp uses it a
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -41,8 +43,8 @@ from .policy import GGUF_TYPES, WEIGHT_DTYPES, storage_type
 from .reader import GGUFReader
 from .writer import WriterTensor, write_gguf
 
-__all__ = ["config_from_metadata", "config_metadata", "read_weights", "load_gguf", "write_model", "save_gguf",
-           "is_gguf", "describe"]
+__all__ = ["ModelParts", "config_from_metadata", "config_metadata", "read_weights", "open_model", "load_gguf",
+           "write_model", "save_gguf", "is_gguf", "describe"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -194,62 +196,56 @@ def read_weights(reader: GGUFReader, config: GPTConfig, dequantize: bool = False
     return out
 
 
-def _model_from_parts(small: Dict[str, np.ndarray], config: GPTConfig, weight_dtype: str,
-                      fetch: Callable[[str], Optional[np.ndarray]]) -> Any:
-    """A 16-bit ``Model`` from its float32 small tensors and ``fetch`` (name -> uint16 bits), as
-    ``Model._from_checkpoint_half`` builds one."""
-    from .. import _native
-    from ..model import Model
+@dataclass
+class ModelParts:
+    """What a ``gpt2`` GGUF file gives a model: its ``config``; either ``weights`` (gptcore's
+    names, float32 values in gptcore's orientation: read-only views of the file for F32
+    tensors) or, for a 16-bit model, ``small`` (the float32 biases and LayerNorm parameters) and
+    ``fetch`` (name -> the ``uint16`` patterns of one weight matrix or embedding, read when
+    called); and its ``tokenizer``, or ``tokenizer_missing`` saying why there is none."""
 
-    m = Model.__new__(Model)
-    m._config = config
-    m._dtype = "float32"
-    m._branch_scale = 1.0
-    m._weight_dtype = weight_dtype
-    m._tokenizer = None
-    m._tokenizer_missing = None
-    m._native = _native.NativeModel(small, config, "float32", weight_dtype, fetch)
-    return m
+    config: GPTConfig
+    weight_dtype: Optional[str]
+    weights: Optional[Dict[str, np.ndarray]] = None
+    small: Optional[Dict[str, np.ndarray]] = None
+    fetch: Optional[Callable[[str], Optional[np.ndarray]]] = None
+    tokenizer: Any = None
+    tokenizer_missing: Optional[str] = None
 
 
-def load_gguf(path: PathLike, *, dtype: Any = "float32", n_heads: Optional[int] = None,
-              weight_dtype: Any = None, tokenizer: Any = None) -> Any:
-    """A ``Model`` from a ``gpt2`` GGUF file (see the module documentation).
-
-    ``weight_dtype``: None (weights in ``dtype``), ``"bfloat16"`` / ``"float16"`` (a 16-bit
-    model: BF16 / F16 tensors of that format used bit for bit, others rounded to nearest even),
-    or ``"float32"`` (a float32 model; Q8_0 / Q4_0 tensors dequantized). ``tokenizer`` (a
-    ``gptcore.Tokenizer`` or a folder) replaces the one in the file.
-    """
-    from ..half import HALF_DTYPES, FLOAT32_KINDS, to_half_bits
-    from ..model import Model, _dtype_name
-    from ..tokenizer import Tokenizer
+@contextmanager
+def open_model(path: PathLike, *, n_heads: Optional[int] = None, weight_dtype: Any = None) -> Iterator[ModelParts]:
+    """The ``ModelParts`` of a ``gpt2`` GGUF file, valid inside the ``with`` block (views and
+    ``fetch`` read the file's mapping). ``weight_dtype``: None or ``"float32"`` (``weights``;
+    ``"float32"`` also dequantizes Q8_0 / Q4_0 tensors, which None refuses), ``"bfloat16"`` /
+    ``"float16"`` (``small`` and ``fetch``; BF16 / F16 tensors of that format as stored, others
+    rounded to nearest even). Every name, shape and type is checked before anything is read."""
+    from ..half import FLOAT32_KINDS, HALF_DTYPES, to_half_bits
     from ..weights import schema, validation
+    from .tokenizer import tokenizer_from_metadata
 
-    name = _dtype_name(dtype, "load")
     wd = weight_dtype
-    if wd is not None:
-        if not isinstance(wd, str) or wd not in ("float32",) + HALF_DTYPES:
-            raise ValueError(f"load: weight_dtype for a GGUF file must be None, 'float32', 'bfloat16' or 'float16', "
-                             f"got {weight_dtype!r}")
-        if name != "float32":
-            raise ValueError(f"load: weight_dtype={wd!r} needs dtype='float32', got dtype={name!r}")
+    if wd is not None and (not isinstance(wd, str) or wd not in ("float32",) + HALF_DTYPES):
+        raise ValueError(f"load: weight_dtype for a GGUF file must be None, 'float32', 'bfloat16' or 'float16', "
+                         f"got {weight_dtype!r}")
     with GGUFReader(path) as reader:
         where = _where(reader)
         config = config_from_metadata(reader, n_heads)
-        if wd in HALF_DTYPES:
-            tensors = _model_tensors(reader, config)
+        tensors = _model_tensors(reader, config)
+        if wd != "float32":
             _refuse_quantized(reader, tensors)
-            # shape-only stand-ins (no memory) let the usual checks run on names and shapes
-            stand_ins = {k: np.broadcast_to(np.float32(0), _source_shape(reader.tensors[g].shape, layout))
-                         for k, (g, layout) in tensors.items()}
-            try:
-                validation.validate(stand_ins, config)
-            except ValueError as e:
-                raise ValueError(f"load: the configuration in {where} disagrees with its tensors: {e}") from None
+        # shape-only stand-ins (no memory) let the usual checks run on names and shapes
+        stand_ins = {k: np.broadcast_to(np.float32(0), _source_shape(reader.tensors[g].shape, layout))
+                     for k, (g, layout) in tensors.items()}
+        try:
+            validation.validate(stand_ins, config)
+        except ValueError as e:
+            raise ValueError(f"load: the configuration in {where} disagrees with its tensors: {e}") from None
+        parts = ModelParts(config, wd)
+        if wd in HALF_DTYPES:
             kinds = {n: kind for n, _, kind in schema._tensor_kinds(config)}
-            small = {k: np.ascontiguousarray(reader.to_float32(g)) for k, (g, _) in tensors.items()
-                     if kinds[k] in FLOAT32_KINDS}
+            parts.small = {k: np.ascontiguousarray(reader.to_float32(g)) for k, (g, _) in tensors.items()
+                           if kinds[k] in FLOAT32_KINDS}
             code = {"bfloat16": "BF16", "float16": "F16"}[wd]
 
             def fetch(n: str) -> Optional[np.ndarray]:
@@ -263,30 +259,54 @@ def load_gguf(path: PathLike, *, dtype: Any = "float32", n_heads: Optional[int] 
                     bits = to_half_bits(reader.to_float32(gname), wd)
                 return np.ascontiguousarray(from_gguf_layout(bits, layout))
 
-            model = _model_from_parts(small, config, wd, fetch)
+            parts.fetch = fetch
         else:
-            weights = read_weights(reader, config, dequantize=wd == "float32")
-            try:
-                model = Model(weights, config, dtype=name)
-            except ValueError as e:
-                raise ValueError(f"load: the configuration in {where} disagrees with its tensors: {e}") from None
-        from .tokenizer import tokenizer_from_metadata
+            parts.weights = read_weights(reader, config, dequantize=wd == "float32")
+        try:
+            parts.tokenizer = tokenizer_from_metadata(reader.metadata, where)
+        except ValueError as e:  # ids still work; text calls say why there is no tokenizer
+            parts.tokenizer_missing = str(e)
+        else:
+            if parts.tokenizer is None:
+                parts.tokenizer_missing = f"{where} has no tokenizer (no 'tokenizer.ggml.*' metadata)"
+            elif parts.tokenizer.vocab_size > config.vocab_size:
+                parts.tokenizer_missing = (f"the tokenizer in {where} has {parts.tokenizer.vocab_size} ids, more than "
+                                           f"the model's vocab_size = {config.vocab_size}")
+                parts.tokenizer = None
+        yield parts
 
+
+def load_gguf(path: PathLike, *, dtype: Any = "float32", n_heads: Optional[int] = None,
+              weight_dtype: Any = None, tokenizer: Any = None) -> Any:
+    """A ``Model`` from a ``gpt2`` GGUF file (see the module documentation and ``open_model``).
+
+    ``weight_dtype``: None (weights in ``dtype``), ``"bfloat16"`` / ``"float16"`` (a 16-bit
+    model), or ``"float32"`` (a float32 model; Q8_0 / Q4_0 tensors dequantized). ``tokenizer``
+    (a ``gptcore.Tokenizer`` or a folder) replaces the one in the file.
+    """
+    # The one place gptcore.gguf builds a Model; it moves into gptcore.load when GGUF files are
+    # wired there (gptcore.model then imports this package, never the other way round).
+    from .. import _native
+    from ..model import Model, _dtype_name
+    from ..tokenizer import Tokenizer
+
+    name = _dtype_name(dtype, "load")
+    if weight_dtype is not None and name != "float32":
+        raise ValueError(f"load: weight_dtype={weight_dtype!r} needs dtype='float32', got dtype={name!r}")
+    with open_model(path, n_heads=n_heads, weight_dtype=weight_dtype) as parts:
+        if parts.fetch is not None:
+            model = Model.__new__(Model)  # as Model._from_checkpoint_half builds a 16-bit model
+            model._config, model._dtype, model._branch_scale = parts.config, "float32", 1.0
+            model._weight_dtype, model._tokenizer, model._tokenizer_missing = parts.weight_dtype, None, None
+            model._native = _native.NativeModel(parts.small, parts.config, "float32", parts.weight_dtype, parts.fetch)
+        else:
+            model = Model(parts.weights, parts.config, dtype=name)
         if tokenizer is not None:
             model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
+        elif parts.tokenizer is not None:
+            model.tokenizer = parts.tokenizer
         else:
-            try:
-                tok = tokenizer_from_metadata(reader.metadata, where)
-            except ValueError as e:  # ids still work; text calls say why there is no tokenizer
-                model._tokenizer_missing = str(e)
-            else:
-                if tok is None:
-                    model._tokenizer_missing = f"{where} has no tokenizer (no 'tokenizer.ggml.*' metadata)"
-                else:
-                    try:
-                        model.tokenizer = tok
-                    except ValueError as e:  # more ids than the model has rows
-                        model._tokenizer_missing = f"the tokenizer in {where} does not fit the model: {e}"
+            model._tokenizer_missing = parts.tokenizer_missing
     return model
 
 
