@@ -214,7 +214,7 @@ def write_gguf(path: PathLike, metadata: Mapping[str, Any], tensors: Sequence[Wr
         with os.fdopen(fd, "wb") as fh:
             fh.write(header)
             fh.write(b"\0" * (-len(header) % alignment))
-            for t, ttype, shape, nbytes in checked:
+            for t, _, shape, nbytes in checked:
                 _write_data(fh, t, shape, nbytes)
                 fh.write(b"\0" * (-nbytes % alignment))
         os.replace(tmp, p)
