@@ -43,7 +43,7 @@ VENV=/opt/gptcore-venv # inside the root filesystem
 # The GPT-2-small-size fixture's 48-position comparison with transformers costs minutes under
 # emulation; its cross-architecture bits are checked by test_digests.py (9 positions).
 DEFAULT_TESTS=(tests/test_matmul.py tests/test_model.py tests/test_generate.py tests/test_digests.py
-  tests/test_half.py --deselect tests/test_model.py::test_fixture_gpt2_small_size)
+  tests/test_weight_formats.py --deselect tests/test_model.py::test_fixture_gpt2_small_size)
 (($#)) || set -- "${DEFAULT_TESTS[@]}"
 
 T0=$SECONDS

@@ -4,7 +4,8 @@ in one thread. gptcore runs each native call single-threaded here (set_num_threa
 speed-up comes from the two Python threads running native code at the same time: the GIL is
 released during forward passes and decode steps.
 
-    PYTHONPATH=python python3 benches/bench_concurrency.py [--calls 20] [--d-model 256] ...
+    pip install .
+    python3 benches/bench_concurrency.py [--calls 20] [--d-model 256] ...
 
 It only measures and prints; it asserts nothing. Expect close to 2x on a machine with two idle
 cores, less when the cores are shared.

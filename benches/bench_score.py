@@ -11,7 +11,7 @@ everywhere, so they time the scoring only. The per-document numbers are checked 
 for bit, between the runs.
 
     pip install '.[cluster]'
-    PYTHONPATH=python python3 benches/bench_score.py [--workers 2] [--repeat 3] ...
+    python3 benches/bench_score.py [--workers 2] [--repeat 3] ...
 
 It only measures and prints; it asserts nothing but the equality of the tables. On a machine
 with more cores, try ``--workers 1 2 4 8`` to see the scaling.
@@ -23,17 +23,13 @@ import argparse
 import logging
 import os
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
-
-import gptcore  # noqa: E402
-from gptcore import distributed as gd  # noqa: E402
+import gptcore  # the installed package (`pip install .`), never the source tree
+from gptcore import distributed as gd
 
 
 def main() -> None:

@@ -292,8 +292,9 @@ def known_bug(data: bytes) -> Optional[str]:
       ``weights.validate`` build every expected name first (minutes to forever);
     - ``"huge-block-index"``: a tensor named ``h.<huge>.…`` makes ``infer_config`` list every
       missing block;
-    - ``"float8"``: a tensor of dtype F8_E4M3 or F8_E5M2 makes safetensors' numpy reader raise
-      AttributeError (numpy has no float8), which ``weights.checkpoint._read_file`` lets through.
+    - ``"float8"``: a tensor of dtype F8_E4M3 or F8_E5M2 made the safetensors library's numpy
+      reader raise AttributeError (numpy has no float8), which gptcore let through before it
+      read safetensors files itself (``gptcore.weights.safetensors_file``).
     """
     header, _, _ = split(data)
     if header is None:

@@ -69,11 +69,11 @@ def test_info_skeleton_and_logits_options(capsys):
 
 def test_info_table_is_aligned(capsys):
     _, out = run_main(capsys, "info", "gpt2-medium")
-    rows = [l for l in out.splitlines() if l.startswith("  ")]
+    rows = [line for line in out.splitlines() if line.startswith("  ")]
     assert len(rows) > 10
-    assert len({len(l) for l in rows}) == 1  # every value ends in the same column
+    assert len({len(line) for line in rows}) == 1  # every value ends in the same column
     # and every label starts in the same column, values separated by at least two spaces
-    assert all(re.match(r"  \S.*\S {2,}\S.*$", l) for l in rows)
+    assert all(re.match(r"  \S.*\S {2,}\S.*$", line) for line in rows)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -116,3 +116,28 @@ def test_python_dash_m(tmp_path):
                        env=env, cwd=tmp_path, timeout=120)
     assert p.returncode == 0, p.stderr
     assert value(p.stdout, "total") == "203,008"  # the preset as configured: no biases, no affine
+
+
+def test_one_module_per_command_and_the_docstring_names_every_command():
+    """Each command of the parser is a module of gptcore.cli with ``add_parser`` and ``run``,
+    and the package's docstring (what ``help(gptcore.cli)`` shows first) lists every one."""
+    import argparse
+    import importlib
+
+    import gptcore.cli as cli
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = list(sub.choices)
+    assert commands == ["info", "demo", "bench", "generate", "perplexity", "score"]
+    summary = cli.__doc__.split("\n\n")[0]
+    for name in commands:
+        module = importlib.import_module(f"gptcore.cli.{name}")
+        assert callable(module.add_parser) and callable(module.run), name
+        assert sub.choices[name].get_default("func") is module.run, name
+        assert f"``{name}``" in summary, f"the docstring's first paragraph omits {name!r}: {summary!r}"
+
+
+def test_python_m_gptcore_cli_is_the_command():
+    p = subprocess.run([sys.executable, "-m", "gptcore.cli", "--version"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.startswith("gptcore "), p.stderr

@@ -143,10 +143,18 @@ def test_figure_blocks_run(page):
 
 
 def _modules():
+    """gptcore and every module under it, subpackages' included (``__main__`` modules, which
+    run the command when imported, left out)."""
     import gptcore
 
-    names = sorted(m.name for m in pkgutil.iter_modules(gptcore.__path__) if not m.name.startswith("__"))
-    return [importlib.import_module(f"gptcore.{n}") for n in names]
+    names = sorted(m.name for m in pkgutil.walk_packages(gptcore.__path__, "gptcore.")
+                   if not m.name.rsplit(".", 1)[-1].startswith("__"))
+    return [gptcore] + [importlib.import_module(n) for n in names]
+
+
+def test_docstring_modules_include_the_subpackages():
+    names = {m.__name__ for m in _modules()}
+    assert {"gptcore", "gptcore.weights.formats", "gptcore.weights.checkpoint", "gptcore.cli.generate"} <= names
 
 
 def test_docstring_examples():
@@ -164,6 +172,24 @@ def test_docstring_examples():
     assert attempted >= 20, attempted
 
 
+def test_docstring_examples_sit_under_an_examples_heading():
+    """A ``>>>`` line in a docstring comes after its ``Examples:`` heading: without it,
+    mkdocstrings renders the lines as Markdown, and ``>>>`` becomes quotes nested in quotes
+    (the browser test checks the rendered pages for that too)."""
+    import ast
+
+    offenders = []
+    for path in sorted((DOCS.parent / "python" / "gptcore").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        for node in nodes:
+            lines = (ast.get_docstring(node) or "").splitlines()
+            prompts = [i for i, line in enumerate(lines) if line.lstrip().startswith(">>>")]
+            if prompts and not any(line.strip() in ("Examples:", "Example:") for line in lines[:prompts[0]]):
+                offenders.append(f"{path.name}: {getattr(node, 'name', 'the module')}")
+    assert not offenders, offenders
+
+
 _SPHINX_ROLE = re.compile(r":(?:func|meth|class|mod|data|attr|exc|obj|const|ref|py:\w+):`")
 
 
@@ -176,7 +202,7 @@ def test_docstrings_have_no_sphinx_roles():
             ours = obj is module or str(getattr(obj, "__module__", "")).startswith("gptcore")
             if ours and isinstance(doc, str) and _SPHINX_ROLE.search(doc):
                 offenders.append(getattr(obj, "__qualname__", getattr(obj, "__name__", repr(obj))))
-    for path in (DOCS.parent / "python" / "gptcore").glob("*.py"):
+    for path in (DOCS.parent / "python" / "gptcore").rglob("*.py"):
         if _SPHINX_ROLE.search(path.read_text(encoding="utf-8")):
             offenders.append(path.name)
     assert not offenders, offenders

@@ -14,6 +14,7 @@ import pytest
 from safetensors.numpy import load_file
 
 import gptcore
+import gptcore.lessons
 from gptcore.gguf import GGUFReader, Value, ValueType, WriterTensor, describe, load_gguf, save_gguf, write_gguf, write_model
 from gptcore.gguf.format import TENSOR_TYPES
 
@@ -185,7 +186,7 @@ def test_saving_refuses_what_gguf_cannot_hold(tmp_path, weights, tiny):
     assert np.array_equal(load_gguf(p).forward(IDS), tiny.forward(IDS))
     sin = gptcore.GPTConfig.preset("lesson14")
     with pytest.raises(ValueError, match="learned positions"):
-        write_model(gptcore.lesson14_weights(), sin, tmp_path / "s.gguf")
+        write_model(gptcore.lessons.lesson14_weights(), sin, tmp_path / "s.gguf")
     with pytest.raises(ValueError, match="weight_dtype for a GGUF file"):
         save_gguf(tiny, tmp_path / "y.gguf", "int8")
     with pytest.raises(TypeError, match="gptcore Model"):

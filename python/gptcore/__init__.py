@@ -1,10 +1,24 @@
 """gptcore: GPT-style decoders on the CPU, exact and fast.
 
 A Rust core (blocked SIMD matmuls, causal attention, the full decoder) behind a numpy API.
+
+The top-level namespace is the product API (``__all__``). The lessons' models and arithmetic
+(``textbook_forward``, ``lesson14_weights``, ``RustlabRng``, ...) live in ``gptcore.lessons``;
+asking ``gptcore`` for one of them raises an ``AttributeError`` that names where it is.
 """
 
 from __future__ import annotations
 
+from .accounting import (
+    ChinchillaBudget,
+    FlopCount,
+    LogitsMemory,
+    ParamCount,
+    chinchilla,
+    flops_per_token,
+    logits_memory,
+    param_count,
+)
 from .config import PRESETS, GPTConfig
 from .linalg import (
     PackedMatrix,
@@ -16,31 +30,19 @@ from .linalg import (
     set_kernel,
     set_num_threads,
 )
-from .accounting import (
-    ChinchillaBudget,
-    FlopCount,
-    LogitsMemory,
-    ParamCount,
-    chinchilla,
-    flops_per_token,
-    lesson14_counting,
-    logits_memory,
-    param_count,
-)
-from .lessons import (
-    LESSON14_IDS_1BASED,
-    RustlabRng,
-    lesson13_block,
-    lesson14_config,
-    lesson14_weights,
-    textbook_block,
-    textbook_forward,
-    to_zero_based,
-)
 from .model import Model, forward, load, softmax
 from .tokenizer import Tokenizer
-from .half import from_half_bits, round_weights, to_half_bits
-from .weights import expected_shapes, infer_config, init_weights, load_safetensors, save_safetensors, validate
+from .weights import (
+    expected_shapes,
+    from_half_bits,
+    infer_config,
+    init_weights,
+    load_safetensors,
+    round_weights,
+    save_safetensors,
+    to_half_bits,
+    validate,
+)
 
 __version__ = "0.1.0"
 
@@ -48,7 +50,7 @@ __version__ = "0.1.0"
 # about once, here (see gptcore/_env.py).
 import os as _os
 
-from . import _env, _native
+from . import _env, _native, lessons
 
 _env.check(_os.environ, _native)
 del _os
@@ -59,21 +61,12 @@ __all__ = [
     "from_half_bits",
     "ChinchillaBudget",
     "FlopCount",
-    "LESSON14_IDS_1BASED",
     "LogitsMemory",
     "ParamCount",
-    "RustlabRng",
     "chinchilla",
     "flops_per_token",
-    "lesson13_block",
-    "lesson14_config",
-    "lesson14_counting",
-    "lesson14_weights",
     "logits_memory",
     "param_count",
-    "textbook_block",
-    "textbook_forward",
-    "to_zero_based",
     "Tokenizer",
     "GPTConfig",
     "Model",
@@ -96,3 +89,13 @@ __all__ = [
     "set_kernel",
     "set_num_threads",
 ]
+
+
+def __getattr__(name: str):
+    """A name of ``gptcore.lessons`` asked of the top level (where the lessons' names lived
+    before it became the product API): an AttributeError that says where the name is."""
+    if name in lessons.__all__:
+        raise AttributeError(
+            f"module 'gptcore' has no attribute {name!r}: the lessons' names live in gptcore.lessons "
+            f"(gptcore.lessons.{name}, or: from gptcore.lessons import {name})")
+    raise AttributeError(f"module 'gptcore' has no attribute {name!r}")

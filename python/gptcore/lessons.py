@@ -16,6 +16,9 @@ The arithmetic of the textbook path, exactly as the lessons do it:
 * ``exp``, ``tanh``, ``sin``, ``cos``, ``pow``: the C library's (Python's ``math``), one
   element at a time.
 
+Lesson 14's counting convention for parameters, ``lesson14_counting``, is defined in
+``gptcore.accounting`` and is importable from here too.
+
 Examples:
     >>> ids = to_zero_based(LESSON14_IDS_1BASED)
     >>> ids.tolist()
@@ -31,6 +34,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import numpy as np
 
 from ._native import RustlabRng
+from .accounting import lesson14_counting
 from .config import GPTConfig
 from .linalg import matmul_reference
 
@@ -41,6 +45,7 @@ __all__ = [
     "lesson14_config",
     "lesson14_draws",
     "lesson14_weights",
+    "lesson14_counting",
     "lesson13_block",
     "fma_matmul",
     "frobenius_norm",

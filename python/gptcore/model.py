@@ -6,20 +6,21 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _native
-from ._memory import check_alloc
 from ._checks import check_token_range, dtype_name, token_ids
+from ._memory import check_alloc
 from .config import GPTConfig
-from .half import half_dtype_name, open_lazy, save_half
+from .sampling import check_sampling_args, choose
+from .scoring import ScoreResult
+from .text import generate_text, score_text, stream_text
+from .tokenizer import Tokenizer, missing_tokenizer_message
 from .weights import infer_config, load_safetensors, save_safetensors, validate
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .scoring import ScoreResult
-    from .tokenizer import Tokenizer
+from .weights.checkpoint import open_lazy
+from .weights.formats import weight_dtype_name
 
 __all__ = ["Model", "forward", "load", "softmax"]
 
@@ -34,7 +35,7 @@ def _weight_dtype(weight_dtype: Any, dtype_name: str) -> Optional[str]:
     """None, or "bfloat16" / "float16" (which needs dtype float32)."""
     if weight_dtype is None:
         return None
-    wd = half_dtype_name("weight_dtype", weight_dtype)
+    wd = weight_dtype_name("weight_dtype", weight_dtype)
     if dtype_name != "float32":
         raise ValueError(
             f"weight_dtype={wd!r} needs dtype='float32' (16-bit weights, float32 arithmetic), got dtype={dtype_name!r}"
@@ -124,8 +125,9 @@ class Model:
         self._native = _native.NativeModel(native_weights, config, name, wd)
 
     @classmethod
-    def _from_checkpoint_half(cls, path: Any, weight_dtype: str, n_heads: Optional[int]) -> "Model":
-        """A 16-bit model read one tensor at a time (no float32 copy of the weights)."""
+    def _from_checkpoint_lazily(cls, path: Any, weight_dtype: str, n_heads: Optional[int]) -> "Model":
+        """A model with ``weight_dtype`` weights read one tensor at a time (no float32 copy of
+        the weights)."""
         small, config, fetch = open_lazy(path, weight_dtype, n_heads)
         m = cls.__new__(cls)
         m._config = config
@@ -171,8 +173,6 @@ class Model:
 
     @tokenizer.setter
     def tokenizer(self, tokenizer: Optional["Tokenizer"]) -> None:
-        from .tokenizer import Tokenizer
-
         if tokenizer is not None:
             if not isinstance(tokenizer, Tokenizer):
                 raise TypeError(f"tokenizer must be a gptcore Tokenizer or None, got {type(tokenizer).__name__}")
@@ -185,8 +185,6 @@ class Model:
 
     def _require_tokenizer(self, fn: str) -> "Tokenizer":
         if self._tokenizer is None:
-            from .tokenizer import missing_tokenizer_message
-
             why = self._tokenizer_missing or (
                 missing_tokenizer_message(None) + "; load such a folder with gptcore.load, or set "
                 "model.tokenizer = gptcore.Tokenizer.from_folder(folder)")
@@ -195,21 +193,15 @@ class Model:
 
     def generate_text(self, prompt: str, max_new_tokens: int, **options: Any) -> str:
         """The continuation of ``prompt`` as text; see ``gptcore.text.generate_text``."""
-        from .text import generate_text
-
         return generate_text(self, prompt, max_new_tokens, **options)
 
     def stream_text(self, prompt: str, max_new_tokens: int, **options: Any) -> Iterator[str]:
         """Yield the continuation of ``prompt`` piece by piece, whole characters only; see
         ``gptcore.text.stream_text``."""
-        from .text import stream_text
-
         return stream_text(self, prompt, max_new_tokens, **options)
 
     def score_text(self, text: str, **options: Any) -> "ScoreResult":
         """Log-likelihood and perplexity of ``text``; see ``gptcore.text.score_text``."""
-        from .text import score_text
-
         return score_text(self, text, **options)
 
     def __repr__(self) -> str:
@@ -411,8 +403,6 @@ class Model:
 
     def _generate_iter(self, ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens,
                        context_shift=1):
-        from .sampling import check_sampling_args, choose
-
         arr, one_d = _check_ids(ids, self._config)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
             raise TypeError(f"generate: max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
@@ -488,11 +478,8 @@ class Model:
         """Write the weights the model computes with (in its dtype, ``branch_scale`` applied) as
         a Hugging Face style folder (``config.json`` + ``model.safetensors``) or a
         ``.safetensors`` file, so that ``load`` gives back the same model."""
-        if self._weight_dtype is not None:
-            # BF16/F16 tensors: the stored values exactly (widened on export, rounded back).
-            save_half(self._native.export(), self._config, path, self._weight_dtype)
-            return
-        save_safetensors(self._native.export(), self._config, path)
+        # In a 16-bit format, the stored values exactly: widened on export, rounded back.
+        save_safetensors(self._native.export(), self._config, path, weight_dtype=self._weight_dtype)
 
 
 def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: Optional[GPTConfig] = None, **options: Any):
@@ -535,12 +522,10 @@ def load(
     of that format bit for bit, others rounded to nearest even), so no float32 copy of the
     model is made.
     """
-    from .tokenizer import Tokenizer, missing_tokenizer_message
-
     name = _dtype_name(dtype)
     wd = _weight_dtype(weight_dtype, name)
     if wd is not None:
-        model = Model._from_checkpoint_half(path, wd, n_heads)
+        model = Model._from_checkpoint_lazily(path, wd, n_heads)
     else:
         weights, config = load_safetensors(path, n_heads=n_heads)
         model = Model(weights, config, dtype=dtype, n_heads=n_heads)

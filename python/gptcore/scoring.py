@@ -68,8 +68,9 @@ def sliding_windows(n_tokens: int, context: int, stride: int) -> List[Window]:
     ``(begin, end, first)`` where the window's input is ``ids[begin:end]`` and it scores the
     tokens ``ids[first:end]`` (see the module's description). Empty when ``n_tokens < 2``.
 
-    >>> sliding_windows(10, 4, 2)
-    [(0, 4, 1), (2, 6, 4), (4, 8, 6), (6, 10, 8)]
+    Examples:
+        >>> sliding_windows(10, 4, 2)
+        [(0, 4, 1), (2, 6, 4), (4, 8, 6), (6, 10, 8)]
     """
     n = _positive_int(n_tokens, "n_tokens", 0)
     context, stride = _check_window(context, stride)

@@ -9,19 +9,41 @@ one they raise ``ValueError`` naming the files that are missing. Ids still go th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
+from typing import Any, Iterator, Optional, Protocol, Tuple
 
 import numpy as np
 
+from .config import GPTConfig
 from .scoring import ScoreResult, score_ids
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .model import Model
+from .tokenizer import Tokenizer
 
 __all__ = ["generate_text", "stream_text", "score_text", "encode_prompt"]
 
 
-def encode_prompt(model: "Model", prompt: Any, fn: str) -> np.ndarray:
+class _TextModel(Protocol):
+    """What these functions use of a model: ``gptcore.Model`` is one. (A protocol, not the
+    class, so that this module does not import ``gptcore.model``, which imports it to give
+    ``Model`` its text methods.)"""
+
+    @property
+    def config(self) -> GPTConfig:
+        """The model's configuration."""
+        ...
+
+    def _require_tokenizer(self, fn: str) -> Tokenizer:
+        """The model's tokenizer, or a ``ValueError`` from ``fn`` saying why it has none."""
+        ...
+
+    def stream(self, ids: Any, max_new_tokens: int, **options: Any) -> Iterator[Any]:
+        """``gptcore.Model.stream``: the generated token ids one at a time."""
+        ...
+
+    def token_logprobs(self, ids: Any, targets: Any = None, *, chunk: int = 256) -> np.ndarray:
+        """``gptcore.Model.token_logprobs``."""
+        ...
+
+
+def encode_prompt(model: _TextModel, prompt: Any, fn: str) -> np.ndarray:
     """The prompt's ids, or a clear error for a model without tokenizer, a non-str or an
     empty prompt."""
     tok = model._require_tokenizer(fn)
@@ -34,7 +56,7 @@ def encode_prompt(model: "Model", prompt: Any, fn: str) -> np.ndarray:
 
 
 def stream_text(
-    model: "Model",
+    model: _TextModel,
     prompt: str,
     max_new_tokens: int,
     *,
@@ -58,7 +80,7 @@ def stream_text(
 
 
 def stream_pieces(
-    model: "Model", ids: np.ndarray, max_new_tokens: int, *, stop_at_eos: bool = True, **options: Any
+    model: _TextModel, ids: np.ndarray, max_new_tokens: int, *, stop_at_eos: bool = True, **options: Any
 ) -> Iterator[Tuple[Optional[int], str]]:
     """``(token, text)`` for each generated token (the text it completes, often ``""``),
     then ``(None, rest)`` for what was held back; a stop token ends the stream unseen."""
@@ -88,14 +110,14 @@ def stream_pieces(
     yield None, decoder.flush()
 
 
-def generate_text(model: "Model", prompt: str, max_new_tokens: int, **options: Any) -> str:
+def generate_text(model: _TextModel, prompt: str, max_new_tokens: int, **options: Any) -> str:
     """The continuation of ``prompt`` (without the prompt) as a string; arguments as in
     ``stream_text``."""
     return "".join(stream_text(model, prompt, max_new_tokens, **options))
 
 
 def score_text(
-    model: "Model",
+    model: _TextModel,
     text: str,
     *,
     context: Optional[int] = None,

@@ -13,8 +13,12 @@ desktop width (1280 px) and a phone width (390 px) and checked for:
 * the copy button of every code block copying runnable code: no ``>>>``/``...``/``$`` prompts,
   no output, Python that compiles.
 
+* no nested blockquotes and no ``>>>`` prompt in prose: an example outside a code fence (on
+  a page, or in a docstring rendered without its ``Examples:`` heading) renders its ``>>>``
+  as quotes inside quotes.
+
 Then the search is asked for "perplexity" and must list results, and the API reference must
-hold no nested blockquotes (docstring examples render as code blocks, not as ``>>>`` quotes).
+show its docstring examples as highlighted sessions.
 """
 
 from __future__ import annotations
@@ -209,15 +213,46 @@ def test_search_finds_perplexity(driver, base_url):
     assert not _severe_logs(driver)
 
 
-def test_api_reference_has_code_blocks_not_quotes(driver, base_url):
+_QUOTES_JS = r"""
+const nested = [...document.querySelectorAll("article blockquote blockquote")]
+  .map((e) => "nested blockquote: " + e.textContent.trim().replace(/\s+/g, " ").slice(0, 80));
+// Prose that shows a prompt: its text without inline code (which may name ">>>" on purpose).
+const prose = [...document.querySelectorAll("article p, article li, article blockquote")]
+  .filter((e) => !e.closest(".highlight"))
+  .filter((e) => {
+    const c = e.cloneNode(true);
+    for (const code of c.querySelectorAll("code")) code.remove();
+    return c.textContent.includes(">>>");
+  })
+  .map((e) => "a >>> prompt in prose: " + e.textContent.trim().replace(/\s+/g, " ").slice(0, 80));
+return nested.concat(prose);
+"""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_examples_are_code_blocks_not_quotes(driver, base_url, page):
+    set_width(driver, 1280)
+    _load(driver, base_url + page)
+    problems = driver.execute_script(_QUOTES_JS)
+    assert not problems, f"/{page}:\n  " + "\n  ".join(problems)
+
+
+def test_quotes_check_fails_on_an_unfenced_example(driver, base_url):
+    """The check above on a page built like the defect: a ``>>>`` line outside a fence, which
+    Markdown renders as a blockquote nested in blockquotes."""
+    set_width(driver, 1280)
+    _load(driver, base_url)
+    driver.execute_script(
+        "const a = document.querySelector('article');"
+        "const q = document.createElement('blockquote'); q.innerHTML = '<blockquote><p>&gt; sliding_windows(10, 4, 2)</p></blockquote>';"
+        "a.appendChild(q);"
+        "const p = document.createElement('p'); p.textContent = '>>> import gptcore'; a.appendChild(p);")
+    problems = driver.execute_script(_QUOTES_JS)
+    assert len(problems) == 2 and problems[0].startswith("nested blockquote") and "prompt in prose" in problems[1], problems
+
+
+def test_api_reference_shows_its_examples_as_sessions(driver, base_url):
     set_width(driver, 1280)
     _load(driver, base_url + "api/")
-    nested = driver.execute_script("return document.querySelectorAll('article blockquote blockquote').length;")
-    assert nested == 0, f"{nested} nested blockquotes on the API page"
-    prose_prompts = driver.execute_script(
-        "return [...document.querySelectorAll('article p, article li, article blockquote')]"
-        ".filter(e => !e.closest('.highlight') && e.textContent.includes('>>>')).map(e => e.textContent.slice(0, 80));"
-    )
-    assert not prose_prompts, f"doctest prompts rendered as prose: {prose_prompts}"
     sessions = driver.execute_script("return document.querySelectorAll('article .language-pycon .gp').length;")
     assert sessions > 0, "the API page shows no highlighted >>> examples"

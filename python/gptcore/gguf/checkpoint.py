@@ -220,7 +220,7 @@ def open_model(path: PathLike, *, n_heads: Optional[int] = None, weight_dtype: A
     ``"float32"`` also dequantizes Q8_0 / Q4_0 tensors, which None refuses), ``"bfloat16"`` /
     ``"float16"`` (``small`` and ``fetch``; BF16 / F16 tensors of that format as stored, others
     rounded to nearest even). Every name, shape and type is checked before anything is read."""
-    from ..half import FLOAT32_KINDS, HALF_DTYPES, to_half_bits
+    from ..weights.formats import FLOAT32_KINDS, WEIGHT_DTYPES as HALF_DTYPES, to_half_bits
     from ..weights import schema, validation
     from .tokenizer import tokenizer_from_metadata
 
@@ -330,7 +330,7 @@ def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: Path
     eligible tensors are ``weight_dtype`` (see ``gptcore.gguf.policy``), with ``tokenizer``'s
     metadata (or ``tokenizer.ggml.model = "none"``) and any extra ``metadata``. Tensors are
     converted one at a time while the file is written."""
-    from ..half import to_half_bits
+    from ..weights.formats import to_half_bits
     from ..weights import validate
     from ..weights.schema import _tensor_kinds
     from .quants import quantize

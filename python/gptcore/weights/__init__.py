@@ -42,21 +42,30 @@ shape ``(1, 1, n, n)``; not to be confused with the parameter ``h.{i}.attn.c_att
 
 The package is split by concern: ``schema`` (this table as code, and name normalisation),
 ``validation`` (dtypes, ``validate``, ``infer_config``), ``initialization``
-(``init_weights``) and ``checkpoint`` (safetensors files and Hugging Face folders).
+(``init_weights``), ``formats`` (the storage formats: float32, bfloat16, float16, which
+tensors stay float32, rounding and bit patterns), ``safetensors_file`` (the one safetensors
+reader and writer), ``hf_config`` (``config.json``) and ``checkpoint`` (Hugging Face folders
+and files: ``load_safetensors``, the one-tensor-at-a-time reading of a 16-bit model,
+``save_safetensors``).
 """
 
 from .checkpoint import load_safetensors, save_safetensors
+from .formats import WEIGHT_DTYPES, from_half_bits, round_weights, to_half_bits
 from .initialization import INIT_SCHEMES, init_weights
 from .schema import expected_shapes, normalize_names
 from .validation import infer_config, validate
 
 __all__ = [
     "INIT_SCHEMES",
+    "WEIGHT_DTYPES",
     "expected_shapes",
+    "from_half_bits",
     "infer_config",
     "init_weights",
     "load_safetensors",
     "normalize_names",
+    "round_weights",
     "save_safetensors",
+    "to_half_bits",
     "validate",
 ]

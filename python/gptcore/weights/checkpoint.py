@@ -1,4 +1,17 @@
-"""safetensors files and Hugging Face GPT-2 folders: reading, writing, refusing pickles."""
+"""Checkpoints: Hugging Face GPT-2 folders and safetensors files, read and written.
+
+A checkpoint is a folder (``model.safetensors``, or the shards that
+``model.safetensors.index.json`` names, and usually ``config.json``) or a single
+``.safetensors`` file whose metadata may carry the configuration. Pickle checkpoints are
+refused, never opened. Three ways through it, all on the one safetensors reader and writer
+(``safetensors_file``) and the storage formats (``formats``):
+
+* ``load_safetensors``: every tensor as a numpy array (BF16 widened to float32);
+* ``open_lazy``: for a model whose weights are stored in a 16-bit format, the small float32
+  tensors now and each large tensor when the model packs it, so that no float32 copy of the
+  model exists;
+* ``save_safetensors``: a folder or a file, in float32 / float64 or a 16-bit format.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +19,33 @@ import errno
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from .._checks import dtype_name
 from ..config import GPTConfig
-from .schema import _PREFIX, Weights, _check_config, normalize_names
+from . import safetensors_file
+from .formats import (
+    FORMATS,
+    keeps_float32,
+    stored_bits,
+    to_half_bits,
+    weight_dtype_name,
+    widen,
+)
+from .hf_config import config_from_hf, hf_config
+from .schema import _PREFIX, Weights, _check_config, _tensor_kinds, normalize_names
 from .validation import _check_dtypes, infer_config, validate
 
-__all__ = ["load_safetensors", "save_safetensors"]
+__all__ = ["load_safetensors", "open_lazy", "save_safetensors"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _CONFIG_METADATA_KEY = "gptcore_config"
-# safetensors dtypes read through numpy; F8_*, C64 and others are refused by name (integer and
-# bool tensors are read, then refused by the dtype check with numpy's name for the type).
-_NUMPY_DTYPES = frozenset({"F16", "F32", "F64", "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64", "BOOL"})
+# The safetensors dtype of each numpy dtype save_safetensors writes as it is.
+_SAFETENSORS_DTYPE = {"float16": "F16", "float32": "F32", "float64": "F64"}
 
 
 def _pickle_error(path: Path) -> ValueError:
@@ -42,65 +64,8 @@ def _not_found(what: str, path: Path) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, f"load_safetensors: {what}", str(path))
 
 
-def _read_bf16(path: Path, names: List[str]) -> Weights:
-    """Read BF16 tensors (numpy has no bfloat16) straight from the file, as float32."""
-    with open(path, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        header = json.loads(fh.read(n))
-    out: Weights = {}
-    for name in names:
-        info = header[name]
-        start, end = info["data_offsets"]
-        shape = tuple(info["shape"])
-        count = (end - start) // 2
-        if count == 0:
-            out[name] = np.zeros(shape, dtype=np.float32)
-            continue
-        raw = np.memmap(path, dtype="<u2", mode="r", offset=8 + n + start, shape=(count,))
-        out[name] = (raw.astype(np.uint32) << 16).view(np.float32).reshape(shape)
-    return out
-
-
 def _unreadable(path: Path, e: OSError) -> ValueError:
     return ValueError(f"load_safetensors: {str(path)!r} cannot be read: {e.strerror or e}")
-
-
-def _read_file(path: Path) -> Tuple[Weights, Dict[str, str]]:
-    from safetensors import SafetensorError, safe_open
-
-    def unsupported(key: str, dt: str, why: str = "") -> TypeError:
-        return TypeError(
-            f"load_safetensors: tensor {key!r} in {str(path)!r} has dtype {dt}, which numpy cannot "
-            f"hold; expected F32, F64, F16 or BF16{why}"
-        )
-
-    out: Weights = {}
-    bf16: List[str] = []
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            metadata = dict(f.metadata() or {})
-            for key in f.keys():
-                dt = f.get_slice(key).get_dtype()
-                if dt == "BF16":
-                    bf16.append(key)
-                    continue
-                if dt not in _NUMPY_DTYPES:
-                    # e.g. F8_E4M3 / F8_E5M2: safetensors' numpy reader fails on them with
-                    # AttributeError, so they never reach get_tensor
-                    raise unsupported(key, dt)
-                try:
-                    out[key] = f.get_tensor(key)
-                except (TypeError, ValueError, AttributeError, SafetensorError) as e:
-                    raise unsupported(key, dt, f" ({e})") from None
-        if bf16:
-            out.update(_read_bf16(path, bf16))
-    except SafetensorError as e:
-        raise ValueError(f"load_safetensors: {str(path)!r} is not a readable safetensors file: {e}") from None
-    except FileNotFoundError:
-        raise _not_found("the file disappeared while being read", path) from None
-    except OSError as e:  # a device, a folder, no permission, an I/O error
-        raise _unreadable(path, e) from None
-    return out, metadata
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -153,99 +118,89 @@ def _shard_files(folder: Path, index: Path) -> List[Path]:
     return files
 
 
-def _config_from_hf(cfg: Any, where: Path) -> GPTConfig:
-    if not isinstance(cfg, dict):
-        raise ValueError(
-            f"load_safetensors: {str(where)!r} must hold a JSON object of GPT-2 settings, got a "
-            f"{type(cfg).__name__}"
-        )
+# --------------------------------------------------------------------------------------------
+# reading
 
-    def get(*keys: str, default: Any = KeyError) -> Any:
-        for k in keys:
-            if k in cfg and cfg[k] is not None:
-                return cfg[k]
-        if default is KeyError:
-            raise ValueError(f"load_safetensors: {str(where)!r} has no {keys[0]!r}")
-        return default
 
-    model_type = cfg.get("model_type", "gpt2")
-    if model_type != "gpt2":
-        raise ValueError(f"load_safetensors: {str(where)!r} describes model_type {model_type!r}; only 'gpt2' is supported")
-    act = cfg.get("activation_function", "gelu_new")
-    if act not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise ValueError(
-            f"load_safetensors: {str(where)!r} asks for activation_function {act!r}; gptcore computes "
-            "GPT-2's tanh GELU ('gelu_new')"
-        )
-    if cfg.get("scale_attn_weights", True) is not True or cfg.get("scale_attn_by_inverse_layer_idx", False):
-        raise ValueError(
-            f"load_safetensors: {str(where)!r} changes the attention scaling (scale_attn_weights / "
-            "scale_attn_by_inverse_layer_idx); gptcore scales scores by 1/sqrt(d_head) only"
-        )
-    extra = cfg.get("gptcore")
-    if extra is None:
-        extra = {}
-    if not isinstance(extra, dict):
-        raise ValueError(
-            f"load_safetensors: the 'gptcore' entry of {str(where)!r} must be an object, got a "
-            f"{type(extra).__name__}"
-        )
-    tied = get("tie_word_embeddings", default=True)
-    if not isinstance(tied, bool):
-        raise ValueError(
-            f"load_safetensors: 'tie_word_embeddings' in {str(where)!r} must be true or false, got {tied!r}"
-        )
-    d_model = get("n_embd", "hidden_size")
+def _path(fn: str, path: Any) -> Path:
     try:
-        return GPTConfig(
-            vocab_size=get("vocab_size"),
-            n_ctx=get("n_positions", "n_ctx", "max_position_embeddings"),
-            d_model=d_model,
-            n_heads=get("n_head", "num_attention_heads"),
-            n_layers=get("n_layer", "num_hidden_layers"),
-            d_ff=get("n_inner", default=None),
-            pos=extra.get("pos", "learned"),
-            tied=tied,
-            bias=extra.get("bias", True),
-            attn_bias=extra.get("attn_bias", None),
-            ln_affine=extra.get("ln_affine", True),
-            ln_eps=float(get("layer_norm_epsilon", default=1e-5)),
-        )
-    except (TypeError, ValueError, OverflowError) as e:
-        raise ValueError(f"load_safetensors: {str(where)!r} does not give a valid configuration: {e}") from None
+        return Path(os.fspath(path))
+    except TypeError:
+        raise TypeError(f"{fn}: path must be a str or os.PathLike, got {type(path).__name__}") from None
 
 
-def _hf_config(config: GPTConfig, dtype_name: str) -> Dict[str, Any]:
-    return {
-        "architectures": ["GPT2LMHeadModel"],
-        "model_type": "gpt2",
-        "activation_function": "gelu_new",
-        "vocab_size": config.vocab_size,
-        "n_positions": config.n_ctx,
-        "n_embd": config.d_model,
-        "n_head": config.n_heads,
-        "n_layer": config.n_layers,
-        "n_inner": None if config.d_ff == 4 * config.d_model else config.d_ff,
-        "layer_norm_epsilon": config.ln_eps,
-        "tie_word_embeddings": config.tied,
-        "attn_pdrop": 0.0,
-        "embd_pdrop": 0.0,
-        "resid_pdrop": 0.0,
-        "initializer_range": 0.02,
-        "scale_attn_weights": True,
-        "scale_attn_by_inverse_layer_idx": False,
-        "reorder_and_upcast_attn": False,
-        "use_cache": True,
-        "torch_dtype": dtype_name,
-        # What GPT-2's format cannot say; transformers ignores unknown keys.
-        "gptcore": {
-            "pos": config.pos,
-            "bias": config.bias,
-            "attn_bias": config.attn_bias,
-            "ln_affine": config.ln_affine,
-            "d_ff": config.d_ff,
-        },
-    }
+def _check_n_heads(fn: str, n_heads: Any) -> None:
+    if n_heads is not None and (isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1):
+        raise TypeError(f"{fn}: n_heads must be a positive int or None, got {n_heads!r}")
+
+
+def _checkpoint_files(p: Path) -> Tuple[List[Path], Optional[Path]]:
+    """The safetensors files of the checkpoint at ``p`` and its ``config.json`` (or None)."""
+    if not p.exists():
+        raise _not_found("no such file or folder", p)
+    if not p.is_dir():
+        if p.suffix in _PICKLE_SUFFIXES:
+            raise _pickle_error(p)
+        return [p], None
+    index = p / "model.safetensors.index.json"
+    if (p / "model.safetensors").is_file():
+        files = [p / "model.safetensors"]
+    elif index.is_file():
+        files = _shard_files(p, index)
+    else:
+        try:
+            pickles = sorted(q.name for q in p.iterdir() if q.suffix in _PICKLE_SUFFIXES)
+        except OSError as e:
+            raise _unreadable(p, e) from None
+        if pickles:
+            raise _pickle_error(p / pickles[0])
+        raise _not_found("the folder has no model.safetensors", p / "model.safetensors")
+    config_file = p / "config.json"
+    return files, (config_file if config_file.is_file() else None)
+
+
+def _read_headers(fn: str, files: List[Path]) -> Tuple[List[safetensors_file.TensorEntry], Dict[str, str]]:
+    entries: List[safetensors_file.TensorEntry] = []
+    metadata: Dict[str, str] = {}
+    for f in files:
+        try:
+            found, meta = safetensors_file.read_header(f, fn)
+        except FileNotFoundError:
+            raise _not_found("the file disappeared while being read", f) from None
+        except OSError as e:  # a device, a folder, no permission, an I/O error
+            raise _unreadable(f, e) from None
+        entries += found
+        metadata.update(meta)
+    return entries, metadata
+
+
+def _read(fn: str, entry: safetensors_file.TensorEntry) -> np.ndarray:
+    try:
+        return safetensors_file.read_tensor(entry, fn)
+    except FileNotFoundError:
+        raise _not_found("the file disappeared while being read", entry.path) from None
+    except OSError as e:
+        raise _unreadable(entry.path, e) from None
+
+
+def _stored_config(fn: str, p: Path, config_file: Optional[Path], metadata: Dict[str, str],
+                   n_heads: Optional[int]) -> Tuple[Optional[GPTConfig], str]:
+    """The configuration stored with the checkpoint (``config.json``, else the file's
+    metadata), or None; and where it came from, for the errors."""
+    config: Optional[GPTConfig] = None
+    source = ""
+    if config_file is not None:
+        config = config_from_hf(_read_json(config_file, "the model configuration"), config_file)
+        source = str(config_file)
+    elif _CONFIG_METADATA_KEY in metadata:
+        try:
+            config = GPTConfig(**json.loads(metadata[_CONFIG_METADATA_KEY]))
+        except (TypeError, ValueError, RecursionError) as e:
+            raise ValueError(f"{fn}: the configuration stored in {str(p)!r} is invalid: {e}") from None
+        source = f"the metadata of {str(p)!r}"
+    if config is not None and n_heads is not None and n_heads != config.n_heads:
+        raise ValueError(f"{fn}: n_heads={n_heads} disagrees with n_head={config.n_heads} in {source}")
+    return config, source
 
 
 def load_safetensors(
@@ -262,8 +217,9 @@ def load_safetensors(
     ``None``. ``n_heads`` must agree with a stored configuration.
 
     Returns ``(weights, config)``: the weights normalized (see ``normalize_names``) and,
-    when ``config`` is known, validated against it. Files are read through
-    ``safetensors.safe_open`` (memory-mapped; nothing is unpickled).
+    when ``config`` is known, validated against it. Files are read with gptcore's own
+    safetensors reader (``gptcore.weights.safetensors_file``: the header checked whole, then
+    one tensor at a time; nothing is unpickled).
 
     Raises ``FileNotFoundError`` (with the path) if nothing is there or a shard is missing,
     ``ValueError`` (naming the file) for a pickle checkpoint (with how to convert it), a file
@@ -273,70 +229,97 @@ def load_safetensors(
     ``TypeError`` for a tensor whose dtype is not a float type numpy can hold (F8 types, for
     example) or not float at all.
     """
-    try:
-        p = Path(os.fspath(path))
-    except TypeError:
-        raise TypeError(f"load_safetensors: path must be a str or os.PathLike, got {type(path).__name__}") from None
-    if n_heads is not None and (isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1):
-        raise TypeError(f"load_safetensors: n_heads must be a positive int or None, got {n_heads!r}")
-    if not p.exists():
-        raise _not_found("no such file or folder", p)
-
-    config_file: Optional[Path] = None
-    if p.is_dir():
-        index = p / "model.safetensors.index.json"
-        if (p / "model.safetensors").is_file():
-            files = [p / "model.safetensors"]
-        elif index.is_file():
-            files = _shard_files(p, index)
-        else:
-            try:
-                pickles = sorted(q.name for q in p.iterdir() if q.suffix in _PICKLE_SUFFIXES)
-            except OSError as e:
-                raise _unreadable(p, e) from None
-            if pickles:
-                raise _pickle_error(p / pickles[0])
-            raise _not_found("the folder has no model.safetensors", p / "model.safetensors")
-        if (p / "config.json").is_file():
-            config_file = p / "config.json"
-    else:
-        if p.suffix in _PICKLE_SUFFIXES:
-            raise _pickle_error(p)
-        files = [p]
-
+    fn = "load_safetensors"
+    p = _path(fn, path)
+    _check_n_heads(fn, n_heads)
+    files, config_file = _checkpoint_files(p)
+    entries, metadata = _read_headers(fn, files)
     raw: Weights = {}
-    metadata: Dict[str, str] = {}
-    for f in files:
-        tensors, meta = _read_file(f)
-        raw.update(tensors)
-        metadata.update(meta)
+    for e in entries:
+        a = _read(fn, e)
+        raw[e.name] = widen(a, "BF16") if e.dtype == "BF16" else a  # numpy has no bfloat16
 
-    config: Optional[GPTConfig] = None
-    source = ""
-    if config_file is not None:
-        cfg = _read_json(config_file, "the model configuration")
-        config = _config_from_hf(cfg, config_file)
-        source = str(config_file)
-    elif _CONFIG_METADATA_KEY in metadata:
-        try:
-            config = GPTConfig(**json.loads(metadata[_CONFIG_METADATA_KEY]))
-        except (TypeError, ValueError, RecursionError) as e:
-            raise ValueError(f"load_safetensors: the configuration stored in {str(p)!r} is invalid: {e}") from None
-        source = f"the metadata of {str(p)!r}"
-
+    config, source = _stored_config(fn, p, config_file, metadata, n_heads)
     if config is not None:
-        if n_heads is not None and n_heads != config.n_heads:
-            raise ValueError(f"load_safetensors: n_heads={n_heads} disagrees with n_head={config.n_heads} in {source}")
         try:
             weights = validate(raw, config)
         except ValueError as e:
-            raise ValueError(f"load_safetensors: {source} disagrees with the tensors in {str(p)!r}: {e}") from None
+            raise ValueError(f"{fn}: {source} disagrees with the tensors in {str(p)!r}: {e}") from None
         return weights, config
 
-    weights = _check_dtypes("load_safetensors", normalize_names(raw))
+    weights = _check_dtypes(fn, normalize_names(raw))
     if n_heads is not None:
         config = infer_config(weights, n_heads=n_heads)
     return weights, config
+
+
+def open_lazy(
+    path: Any, weight_dtype: str, n_heads: Optional[int] = None
+) -> Tuple[Dict[str, np.ndarray], GPTConfig, Callable[[str], Optional[np.ndarray]]]:
+    """Open a checkpoint for a model whose weights are stored in ``weight_dtype`` (a 16-bit
+    format) without reading its large tensors.
+
+    Returns ``(small, config, fetch)``: the float32 tensors of the kinds that stay float32
+    (biases, LayerNorm parameters), the configuration (from ``config.json``, the file's
+    metadata, or inferred from the shapes), and ``fetch(name)``, which reads one large tensor
+    and returns its uint16 patterns in ``weight_dtype`` (None for a name it does not hold).
+    Names, shapes, dtypes and byte counts are all checked first, as ``load_safetensors``
+    checks them.
+    """
+    fn = "load"
+    p = _path(fn, path)
+    _check_n_heads(fn, n_heads)
+    files, config_file = _checkpoint_files(p)
+    entries, metadata = _read_headers(fn, files)
+    # Shape-only stand-ins (no memory) let the usual checks run on names, shapes and dtypes:
+    # float32 for a float tensor, numpy's type otherwise (validate refuses it by that name).
+    # Each holds its own value, so that a stored lm_head counts as tied only when its bytes
+    # equal wte's.
+    by_name = {e.name: e for e in entries}
+    wte = next((by_name[k] for k in ("transformer.wte.weight", "wte.weight") if k in by_name), None)
+    stand_ins: Dict[str, np.ndarray] = {}
+    origin: Dict[int, safetensors_file.TensorEntry] = {}
+    for i, e in enumerate(entries):
+        dt = safetensors_file.numpy_dtype(e, fn)
+        is_float = dt.kind == "f" or e.dtype == "BF16"
+        dt = np.dtype(np.float32) if is_float else dt
+        val = i if is_float else 0
+        if e.name in ("lm_head.weight", "transformer.lm_head.weight") and wte is not None \
+                and safetensors_file.same_bytes(e, wte):
+            val = entries.index(wte)
+        a = np.lib.stride_tricks.as_strided(np.full(1, val, dt), shape=e.shape, strides=(0,) * len(e.shape),
+                                            writeable=False)
+        stand_ins[e.name] = a
+        origin[id(a)] = e
+    config, source = _stored_config(fn, p, config_file, metadata, n_heads)
+    if config is None:
+        config = infer_config(_check_dtypes(fn, normalize_names(stand_ins)), n_heads=n_heads)
+        source = "the configuration inferred from the shapes"
+    try:
+        checked = validate(stand_ins, config)
+    except ValueError as e:
+        raise ValueError(f"{fn}: {source} disagrees with the tensors in {str(p)!r}: {e}") from None
+    kinds = {name: kind for name, _, kind in _tensor_kinds(config)}
+    small: Dict[str, np.ndarray] = {}
+    large: Dict[str, safetensors_file.TensorEntry] = {}
+    for name, a in checked.items():
+        e = origin[id(a)]
+        if keeps_float32(kinds[name]):
+            small[name] = widen(_read(fn, e), e.dtype)
+        else:
+            large[name] = e
+
+    def fetch(name: str) -> Optional[np.ndarray]:
+        e = large.get(name)
+        if e is None:
+            return None
+        return stored_bits(_read(fn, e), e.dtype, weight_dtype)
+
+    return small, config, fetch
+
+
+# --------------------------------------------------------------------------------------------
+# writing
 
 
 def save_safetensors(
@@ -361,40 +344,40 @@ def save_safetensors(
     nearest even) and the biases and LayerNorm parameters as F32, as a model with 16-bit
     weights holds them (``dtype`` must then be None).
     """
-    from safetensors.numpy import save_file
-
+    fn = "save_safetensors"
     if weight_dtype is not None:
-        from ..half import half_dtype_name, save_half
-
         if dtype is not None:
-            raise ValueError("save_safetensors: give dtype or weight_dtype, not both")
-        return save_half(weights, config, path, half_dtype_name("save_safetensors: weight_dtype", weight_dtype))
-
-    _check_config("save_safetensors", config)
+            raise ValueError(f"{fn}: give dtype or weight_dtype, not both")
+        weight_dtype = weight_dtype_name(f"{fn}: weight_dtype", weight_dtype)
+    _check_config(fn, config)
     w = validate(weights, config)
-    if dtype is not None:
-        dt = np.dtype(dtype_name("save_safetensors", dtype, ("float16", "float32", "float64")))
-        w = {k: v.astype(dt, copy=False) for k, v in w.items()}
-    try:
-        p = Path(os.fspath(path))
-    except TypeError:
-        raise TypeError(f"save_safetensors: path must be a str or os.PathLike, got {type(path).__name__}") from None
-    tensors = {
-        (k if k == "lm_head.weight" else _PREFIX + k): np.ascontiguousarray(v) for k, v in w.items()
-    }
+    if weight_dtype is not None:
+        kinds = {name: kind for name, _, kind in _tensor_kinds(config)}
+        code = FORMATS[weight_dtype].safetensors
+        stored = {k: ("F32", np.asarray(v, dtype=np.float32)) if keeps_float32(kinds[k])
+                  else (code, to_half_bits(v, weight_dtype)) for k, v in w.items()}
+        torch_dtype = weight_dtype
+    else:
+        if dtype is not None:
+            dt = np.dtype(dtype_name(fn, dtype, ("float16", "float32", "float64")))
+            w = {k: v.astype(dt, copy=False) for k, v in w.items()}
+        stored = {k: (_SAFETENSORS_DTYPE[v.dtype.name], v) for k, v in w.items()}
+        dtypes = sorted({v.dtype.name for v in w.values()})
+        torch_dtype = dtypes[0] if len(dtypes) == 1 else "float32"
+    p = _path(fn, path)
+    tensors = {(k if k == "lm_head.weight" else _PREFIX + k): v for k, v in stored.items()}
     metadata = {"format": "pt", _CONFIG_METADATA_KEY: json.dumps(config.to_dict())}
-    dtypes = sorted({v.dtype.name for v in w.values()})
     if p.suffix == ".safetensors":
         if p.is_dir():
-            raise ValueError(f"save_safetensors: {str(p)!r} is a folder; give a file path or a folder without the .safetensors suffix")
+            raise ValueError(f"{fn}: {str(p)!r} is a folder; give a file path or a folder without the .safetensors suffix")
         p.parent.mkdir(parents=True, exist_ok=True)
-        save_file(tensors, str(p), metadata=metadata)
+        safetensors_file.write_file(p, tensors, metadata)
         return p
     if p.exists() and not p.is_dir():
-        raise ValueError(f"save_safetensors: {str(p)!r} exists and is not a folder")
+        raise ValueError(f"{fn}: {str(p)!r} exists and is not a folder")
     p.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(p / "model.safetensors"), metadata=metadata)
+    safetensors_file.write_file(p / "model.safetensors", tensors, metadata)
     with open(p / "config.json", "w", encoding="utf-8") as fh:
-        json.dump(_hf_config(config, dtypes[0] if len(dtypes) == 1 else "float32"), fh, indent=2)
+        json.dump(hf_config(config, torch_dtype), fh, indent=2)
         fh.write("\n")
     return p

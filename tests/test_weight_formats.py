@@ -152,7 +152,7 @@ def half_problems(draw):
 
 @settings(max_examples=80, deadline=None)
 @given(half_problems(), st.sampled_from(FORMATS), st.sampled_from(KERNELS), st.sampled_from([1, 2, 3]))
-def test_half_packed_matmul_equals_reference_on_widened_values(ab, fmt, kern, threads):
+def test_16bit_packed_matmul_equals_reference_on_widened_values(ab, fmt, kern, threads):
     a, b = ab
     b0 = b.copy()
     gptcore.set_num_threads(threads)
@@ -168,7 +168,7 @@ def test_half_packed_matmul_equals_reference_on_widened_values(ab, fmt, kern, th
     assert np.array_equal(_bits(gptcore.matmul(a, q, kernel=kern)), _bits(want))
 
 
-def test_half_packed_matrix_is_half_the_bytes_and_checks_input():
+def test_16bit_packed_matrix_is_half_the_bytes_and_checks_input():
     b = np.ones((256, 512), np.float32)
     full, half = gptcore.PackedMatrix(b), gptcore.PackedMatrix(b, dtype="bfloat16")
     assert half.nbytes * 2 == full.nbytes
@@ -211,7 +211,7 @@ def _assert_same(m_half, m_ref, ids):
 @settings(max_examples=12, deadline=None)
 @given(st.sampled_from(FORMATS), st.integers(1, 3), st.sampled_from([32, 64, 96]), st.integers(1, 2),
        st.booleans(), st.booleans(), st.integers(0, 1000))
-def test_half_model_equals_rounded_float32_model(fmt, layers, d, heads, tied, sinusoidal, seed):
+def test_16bit_model_equals_rounded_float32_model(fmt, layers, d, heads, tied, sinusoidal, seed):
     config = gptcore.GPTConfig(vocab_size=70 + seed % 50, n_ctx=40, d_model=d, n_heads=heads, n_layers=layers,
                                tied=tied, pos="sinusoidal" if sinusoidal else "learned")
     w = gptcore.init_weights(config, seed=seed)
@@ -222,7 +222,7 @@ def test_half_model_equals_rounded_float32_model(fmt, layers, d, heads, tied, si
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_half_fixture_model_and_memory(fmt):
+def test_16bit_fixture_model_and_memory(fmt):
     config, w = fixture_weights("tiny-b")
     half = gptcore.Model(w, config, weight_dtype=fmt)
     ref = gptcore.Model(gptcore.round_weights(w, fmt), config)
@@ -358,7 +358,7 @@ def _past_the_end(t):
 @pytest.mark.parametrize("code", ["BF16", "F16"])
 @pytest.mark.parametrize("hostile,words", [(_short_by_two, "bytes"), (_odd_length, "whole number"),
                                            (_past_the_end, "outside")])
-def test_hostile_half_checkpoint_raises_clear_error(tmp_path, code, hostile, words):
+def test_hostile_16bit_checkpoint_raises_clear_error(tmp_path, code, hostile, words):
     config, w = fixture_weights("tiny-a")
     p = tmp_path / "bad.safetensors"
     fmt = "bfloat16" if code == "BF16" else "float16"
@@ -370,7 +370,7 @@ def test_hostile_half_checkpoint_raises_clear_error(tmp_path, code, hostile, wor
         gptcore.load(p)
 
 
-def test_half_checkpoint_loads_without_a_float32_copy(tmp_path):
+def test_16bit_checkpoint_loads_without_a_float32_copy(tmp_path):
     """Peak resident memory while loading a BF16 checkpoint into a bfloat16 model, measured in
     a child process: the packed 16-bit weights plus a few tensors, well under the float32
     model's size (a float32 copy on the way would alone take that)."""
@@ -422,7 +422,7 @@ def _max_rel(got, ref):
 
 
 @pytest.mark.parametrize("name", SMALL)
-def test_half_accuracy_against_float64_reference(name):
+def test_16bit_accuracy_against_float64_reference(name):
     config, w = fixture_weights(name)
     _, arr = load_case(name)
     prompt = np.asarray(arr["prompt"])
@@ -464,3 +464,25 @@ def test_untied_model_round_trip_and_duplicate_head(tmp_path, fmt):
         else:
             with pytest.raises(ValueError, match="lm_head"):
                 gptcore.load(p, weight_dtype=fmt)
+
+
+def test_storage_formats_are_one_module_and_nothing_is_named_half():
+    """The formats, their conversions and the float32 kinds live in gptcore.weights.formats
+    (the top level re-exports the conversions); no module is named after "half"."""
+    import importlib
+    from pathlib import Path
+
+    from gptcore.weights import formats
+
+    assert gptcore.round_weights is formats.round_weights
+    assert gptcore.to_half_bits is formats.to_half_bits and gptcore.from_half_bits is formats.from_half_bits
+    assert formats.WEIGHT_DTYPES == tuple(FORMATS)
+    assert all(formats.FORMATS[f].bits == 16 for f in FORMATS)
+    # the kinds kept float32 are the schema's bias and LayerNorm kinds, and only those
+    config = gptcore.GPTConfig(vocab_size=11, n_ctx=8, d_model=8, n_heads=2, n_layers=1)
+    kinds = {kind for _, _, kind in gptcore._native.tensor_schema(config)}
+    assert formats.FLOAT32_KINDS == {k for k in kinds if k == "bias" or k.startswith("ln_")}
+    package = Path(gptcore.__file__).parent
+    assert not [p for p in package.rglob("*.py") if "half" in p.stem]
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("gptcore.half")

@@ -1,0 +1,132 @@
+"""``gptcore info MODEL``: the accounting of a preset, a model folder or a safetensors file
+(parameters by component, FLOPs per token, the attention share, the logits memory, the
+Chinchilla budget)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import List, Tuple
+
+from ..accounting import chinchilla, flops_per_token, logits_memory, param_count
+from ..config import PRESETS, GPTConfig
+from ..lessons import lesson14_counting
+from ..tokenizer import Tokenizer
+from ..weights import infer_config, load_safetensors
+from ._common import Fail, file_error, fmt_int, fmt_size, positive, table
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    info = sub.add_parser("info", help="parameters, FLOPs and memory of a preset model")
+    info.add_argument("model", type=_model_arg, metavar="MODEL",
+                      help="a preset (any case: " + ", ".join(sorted(PRESETS)) + "), a model folder or a .safetensors file")
+    info.add_argument("--T", type=positive, default=None, help="context length for FLOPs and logits (default: n_ctx)")
+    info.add_argument("--batch", type=positive, default=1, help="batch size for the logits memory (default 1)")
+    info.add_argument("--bytes", type=positive, default=4, help="bytes per logit (default 4, float32)")
+    info.add_argument("--lesson-counting", action="store_true",
+                      help="count as Lesson 14 does: FFN biases and LayerNorm affines, no attention biases")
+    info.add_argument("--no-blocks", action="store_true", help="leave the blocks out (placeholder skeleton, LM4-T1)")
+    info.set_defaults(func=run)
+    return info
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg, header = _info_config(args.model)
+    if args.lesson_counting:
+        cfg = lesson14_counting(cfg)
+    T = cfg.n_ctx if args.T is None else args.T
+    counts = param_count(cfg, include_blocks=not args.no_blocks)
+    flops = flops_per_token(cfg, T)
+    mem = logits_memory(args.batch, T, cfg.vocab_size, bytes=args.bytes)
+    budget = chinchilla(counts.total)
+    head = "0 (tied)" if cfg.tied else fmt_int(counts.lm_head)
+    pos = fmt_int(counts.position_embedding) + ("" if cfg.pos == "learned" else " (sinusoidal)")
+    sections = [
+        ("Parameters", [
+            ("token embedding", fmt_int(counts.token_embedding)),
+            ("position embedding", pos),
+            ("per block", fmt_int(counts.per_block)),
+            (f"blocks (x {counts.n_blocks})", fmt_int(counts.blocks)),
+            ("final LayerNorm", fmt_int(counts.final_ln)),
+            ("LM head", head),
+            ("total", fmt_int(counts.total)),
+            ("blocks share", f"{counts.share('blocks') * 100:.2f} %"),
+            ("float32 size", fmt_size(counts.nbytes(4))),
+        ]),
+        (f"Compute per token (T = {T:,})", [
+            ("forward (2 x weights)", fmt_int(flops.forward)),
+            ("training (3 x forward)", fmt_int(flops.training)),
+            ("attention scores (4 T d N)", fmt_int(flops.attention)),
+            ("attention share of forward", f"{flops.attention_percent:.2f} %"),
+            ("crossover T* = d_ff", fmt_int(flops.crossover_T)),
+        ]),
+        (f"Logits (B = {args.batch}, n = {T:,}, V = {cfg.vocab_size:,}, {args.bytes} bytes each)", [
+            ("entries", fmt_int(mem.entries)),
+            ("memory", fmt_size(mem.nbytes)),
+        ]),
+        ("Chinchilla budget", [
+            ("tokens D = 20 P", fmt_int(budget.tokens)),
+            ("compute C = 6 P D", f"{budget.compute:.2e} FLOPs"),
+        ]),
+    ]
+    out = [f"{args.model}: {_describe(cfg)}"] + header + [""] + table(sections)
+    print("\n".join(out))
+    return 0
+
+
+def _model_arg(text: str) -> str:
+    """``info``'s MODEL: a preset name in any case, or an existing folder or file."""
+    if text.lower() in PRESETS or Path(text).exists():
+        return text
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} is neither a preset ({', '.join(sorted(PRESETS))}) "
+        "nor an existing model folder or .safetensors file")
+
+
+def _describe(cfg: GPTConfig) -> str:
+    parts = [
+        f"vocab {cfg.vocab_size:,}",
+        f"context {cfg.n_ctx:,}",
+        f"d_model {cfg.d_model}",
+        f"heads {cfg.n_heads}",
+        f"layers {cfg.n_layers}",
+        f"d_ff {cfg.d_ff}",
+        f"{cfg.pos} positions",
+        "tied head" if cfg.tied else "separate head",
+    ]
+    if cfg.bias and cfg.attn_bias:
+        parts.append("biases")
+    elif cfg.bias:
+        parts.append("MLP biases only")
+    elif cfg.attn_bias:
+        parts.append("attention biases only")
+    else:
+        parts.append("no biases")
+    parts.append("LayerNorm affine" if cfg.ln_affine else "no LayerNorm affine")
+    return ", ".join(parts)
+
+
+def _info_config(model: str) -> Tuple[GPTConfig, List[str]]:
+    """The configuration ``info`` describes, and lines that say where it came from."""
+    if model.lower() in PRESETS:
+        return GPTConfig.preset(model.lower()), []
+    p = Path(model)
+    try:
+        weights, cfg = load_safetensors(p)
+    except FileNotFoundError as e:
+        raise Fail(file_error(e)) from None
+    except (ValueError, TypeError) as e:
+        raise Fail(str(e)) from None
+    lines = []
+    if cfg is None:
+        cfg = infer_config(weights)
+        lines.append(f"  (no stored configuration: sizes inferred from the tensors, {cfg.n_heads} heads of 64 assumed)")
+    if p.is_dir():
+        try:
+            tok = Tokenizer.from_folder(p)
+            lines.append(f"  tokenizer: {tok.vocab_size:,} ids")
+        except (FileNotFoundError, ValueError) as e:
+            lines.append(f"  tokenizer: none ({str(e).split(': ', 1)[-1]})")
+    return cfg, lines

@@ -1,0 +1,166 @@
+"""Weight storage formats: how a float32 model may store its weight matrices and embedding
+tables, and the conversions between them.
+
+A format is a name, the safetensors dtype that holds it in a checkpoint, and its bits per
+value. ``float32`` is the format of the arithmetic; ``bfloat16`` and ``float16`` (the
+``weight_dtype`` of ``gptcore.Model`` and ``gptcore.load``) store two bytes per weight and
+are widened to float32, exactly, as the kernels load them. Whatever the format, the tensors of
+the kinds in ``FLOAT32_KINDS`` (biases, LayerNorm weights and biases) stay float32.
+
+numpy has no bfloat16, so the public functions speak float32 (values exactly representable in
+the format) or ``uint16`` (the raw bit patterns):
+
+* ``round_weights`` rounds float32 values to the format (IEEE round to nearest, ties to
+  even; NaN stays NaN, quiet; beyond the largest finite value, infinity as IEEE says) and
+  returns them as float32. ``Model(round_weights(w), ...)`` is the float32 model a
+  ``Model(w, weight_dtype=...)`` equals bit for bit.
+* ``to_half_bits`` / ``from_half_bits`` convert between float32 values and the uint16
+  bit patterns (widening is exact).
+
+Checkpoints in these formats are read and written by ``gptcore.weights.checkpoint`` through
+the one safetensors reader and writer, ``gptcore.weights.safetensors_file``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping
+
+import numpy as np
+
+from .. import _native
+from .schema import normalize_names
+
+__all__ = [
+    "FLOAT32_KINDS",
+    "FORMATS",
+    "WEIGHT_DTYPES",
+    "WeightFormat",
+    "from_half_bits",
+    "keeps_float32",
+    "round_weights",
+    "to_half_bits",
+    "weight_dtype_name",
+]
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """A storage format: its ``name`` (as ``weight_dtype`` spells it), the ``safetensors``
+    dtype that stores it in a checkpoint, and ``bits`` per stored value."""
+
+    name: str
+    safetensors: str
+    bits: int
+
+
+#: Every storage format, by name.
+FORMATS: Dict[str, WeightFormat] = {
+    f.name: f
+    for f in (
+        WeightFormat("float32", "F32", 32),
+        WeightFormat("bfloat16", "BF16", 16),
+        WeightFormat("float16", "F16", 16),
+    )
+}
+
+#: The formats a float32 model can store its weight matrices and embedding tables in
+#: (``weight_dtype``); ``None`` there means float32 (the model's dtype).
+WEIGHT_DTYPES = ("bfloat16", "float16")
+
+#: Tensor kinds (``gptcore.weights.schema``) kept in float32 whatever the format: they are a
+#: small share of the bytes and go into sums, not matrix products.
+FLOAT32_KINDS = frozenset({"bias", "ln_weight", "ln_bias"})
+
+# The schema names of the FLOAT32_KINDS, for a mapping of weights without its configuration.
+_FLOAT32_NAME_ENDINGS = (".bias", "ln_1.weight", "ln_2.weight", "ln_f.weight")
+
+
+def keeps_float32(kind: str) -> bool:
+    """Whether tensors of this kind (``gptcore.weights.schema``'s) stay float32 in any format."""
+    return kind in FLOAT32_KINDS
+
+
+def weight_dtype_name(what: str, dtype: Any) -> str:
+    """The name of a ``weight_dtype`` (``"bfloat16"`` or ``"float16"``) from a name or a
+    numpy / ml_dtypes dtype; ``TypeError`` or ``ValueError`` naming ``what`` otherwise."""
+    if isinstance(dtype, str):
+        name = dtype
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            raise TypeError(f"{what} must be 'bfloat16' or 'float16', got {dtype!r}") from None
+    if name not in WEIGHT_DTYPES:
+        raise ValueError(f"{what} must be 'bfloat16' or 'float16', got {name!r}")
+    return name
+
+
+def _float32(what: str, x: Any) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind != "f" and a.dtype.name != "bfloat16":
+        raise TypeError(f"{what}: x must be a float array, got dtype {a.dtype}")
+    return np.asarray(a, dtype=np.float32, order="C")
+
+
+def to_half_bits(x: Any, dtype: Any = "bfloat16") -> np.ndarray:
+    """The ``uint16`` bit patterns of ``x`` (converted to float32 first) rounded to ``dtype``
+    (``"bfloat16"`` or ``"float16"``; round to nearest even), same shape.
+
+    Examples:
+        >>> to_half_bits([1.0, -2.0, 1 + 2**-8], "bfloat16")
+        array([16256, 49152, 16256], dtype=uint16)
+    """
+    return _native._to_half_bits(_float32("to_half_bits", x), weight_dtype_name("to_half_bits: dtype", dtype))
+
+
+def from_half_bits(bits: Any, dtype: Any = "bfloat16") -> np.ndarray:
+    """The float32 values of ``uint16`` bit patterns of ``dtype`` (exact), same shape.
+
+    Examples:
+        >>> from_half_bits(np.array([0x3F80, 0x7F80], dtype=np.uint16), "bfloat16")
+        array([ 1., inf], dtype=float32)
+    """
+    b = np.asarray(bits)
+    if b.dtype != np.uint16:
+        raise TypeError(f"from_half_bits: bits must be a uint16 array, got dtype {b.dtype}")
+    return _native._from_half_bits(np.asarray(b, order="C"), weight_dtype_name("from_half_bits: dtype", dtype))
+
+
+def round_weights(x: Any, dtype: Any = "bfloat16") -> Any:
+    """``x`` rounded to ``dtype`` (``"bfloat16"`` or ``"float16"``) and returned as float32.
+
+    ``x`` is an array (converted to float32 first) or a mapping of arrays (every array rounded:
+    pass a model's weights to get the float32 model that the 16-bit model equals; biases and
+    LayerNorm parameters, which a 16-bit model keeps in float32, are then left as they are).
+
+    Examples:
+        >>> round_weights(np.array([1 + 2**-12, 1 + 2**-10, 65519.0, 65520.0], np.float32), "float16").tolist()
+        [1.0, 1.0009765625, 65504.0, inf]
+    """
+    name = weight_dtype_name("round_weights: dtype", dtype)
+    if isinstance(x, Mapping):
+        out = {}
+        for k, v in normalize_names(x).items():
+            out[k] = np.asarray(v, dtype=np.float32) if k.endswith(_FLOAT32_NAME_ENDINGS) else round_weights(v, name)
+        return out
+    return from_half_bits(to_half_bits(x, name), name)
+
+
+def widen(raw: np.ndarray, stored: str) -> np.ndarray:
+    """The float32 values of a tensor as a checkpoint stores it: ``raw`` is what
+    ``safetensors_file.read_tensor`` returns for the safetensors dtype ``stored`` (uint16
+    patterns for ``"BF16"``)."""
+    if stored == "BF16":
+        return from_half_bits(raw, "bfloat16")
+    if stored == "F16":
+        return from_half_bits(raw.view(np.uint16), "float16")
+    return np.ascontiguousarray(raw, dtype=np.float32)
+
+
+def stored_bits(raw: np.ndarray, stored: str, weight_dtype: str) -> np.ndarray:
+    """A tensor as the ``uint16`` patterns of ``weight_dtype``: the stored patterns when the
+    checkpoint holds that format, else its float32 value rounded to nearest even."""
+    if stored == FORMATS[weight_dtype].safetensors:
+        return raw.view(np.uint16)
+    return to_half_bits(widen(raw, stored), weight_dtype)
