@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fuzz gptcore's checkpoint readers with mutated files: safetensors (gptcore.load /
 gptcore.load_safetensors, the default) or GGUF (``--target gguf``: gptcore.gguf's reader and
-load_gguf).
+gptcore.load).
 
 With atheris (``pip install atheris``), coverage-guided through libFuzzer:
 

@@ -1,4 +1,4 @@
-"""What the GGUF fuzzers run: the target (bytes -> GGUFReader and gptcore.gguf.load_gguf) and a
+"""What the GGUF fuzzers run: the target (bytes -> GGUFReader and gptcore.load) and a
 mutator that knows GGUF's layout.
 
 Random byte edits of a GGUF file mostly hit tensor data, which the parser never looks at.
@@ -25,8 +25,9 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 import gptcore
-from gptcore.gguf import GGUFReader, load_gguf, describe, write_model
+from gptcore.gguf import GGUFReader
 from gptcore.gguf.format import READABLE_TYPES
+from gptcore.weights.gguf_checkpoint import describe, write_model
 
 #: What reading a hostile GGUF file may raise. Anything else is a bug, and so is a crash or a hang.
 ALLOWED = (ValueError,)
@@ -353,7 +354,7 @@ def _use(model: "gptcore.Model") -> None:
 
 def check_bytes(data: bytes, work: Workdir) -> int:
     """Read ``data`` as a GGUF file: every tensor through ``GGUFReader`` (views, float32
-    copies), ``describe``, and ``load_gguf`` three ways (float32, bfloat16 weights, dequantized).
+    copies), ``describe``, and ``gptcore.load`` three ways (float32, bfloat16 weights, dequantized).
     Returns how many loads gave a working model; raises whatever is not in :data:`ALLOWED`."""
     work.file.write_bytes(data)
     try:
@@ -377,7 +378,7 @@ def check_bytes(data: bytes, work: Workdir) -> int:
     ok = 0
     for kw in ({}, {"weight_dtype": "bfloat16"}, {"weight_dtype": "float32"}):
         try:
-            _use(load_gguf(work.file, **kw))
+            _use(gptcore.load(work.file, **kw))
             ok += 1
         except ALLOWED:
             pass

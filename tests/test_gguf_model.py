@@ -15,8 +15,9 @@ from safetensors.numpy import load_file
 
 import gptcore
 import gptcore.lessons
-from gptcore.gguf import GGUFReader, Value, ValueType, WriterTensor, describe, load_gguf, save_gguf, write_gguf, write_model
+from gptcore.gguf import GGUFReader, Value, ValueType, WriterTensor, write_gguf
 from gptcore.gguf.format import TENSOR_TYPES
+from gptcore.weights.gguf_checkpoint import describe, write_model
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TINY = FIXTURES / "tiny-bpe"
@@ -32,6 +33,12 @@ def tiny():
 @pytest.fixture(scope="module")
 def weights(tiny):
     return tiny._native.export()
+
+
+def _save(model, path, weight_dtype=None):
+    """``model.save(path, weight_dtype)``, returning the path."""
+    model.save(path, weight_dtype)
+    return path
 
 
 def _convert_like_llama_cpp(folder: Path, out: Path) -> Path:
@@ -81,7 +88,7 @@ def _convert_like_llama_cpp(folder: Path, out: Path) -> Path:
 
 def test_a_file_made_as_llama_cpp_converts_loads_to_the_same_model(tmp_path, tiny):
     p = _convert_like_llama_cpp(TINY, tmp_path / "converted.gguf")
-    m = load_gguf(p)
+    m = gptcore.load(p)
     assert m.config == tiny.config
     assert np.array_equal(m.forward(IDS), tiny.forward(IDS))
     text = "When in the Course of human events, 日本 🎉<|endoftext|>"
@@ -90,8 +97,8 @@ def test_a_file_made_as_llama_cpp_converts_loads_to_the_same_model(tmp_path, tin
 
 
 def test_float32_round_trip_is_bit_exact_and_readable_by_the_gguf_package(tmp_path, tiny, weights):
-    p = save_gguf(tiny, tmp_path / "m.gguf")
-    m = load_gguf(p)
+    p = _save(tiny, tmp_path / "m.gguf")
+    m = gptcore.load(p)
     assert m.config == tiny.config and m.config.ln_eps == 1e-5
     for logits in ("all", "last"):
         assert np.array_equal(m.forward(IDS, logits=logits), tiny.forward(IDS, logits=logits))
@@ -119,12 +126,12 @@ def test_untied_head_and_a_model_without_biases_or_layernorm_parameters(tmp_path
                                ln_affine=False, ln_eps=1e-6)
     w = gptcore.init_weights(config, seed=9, dtype="float32")
     model = gptcore.Model(w, config)
-    p = save_gguf(model, tmp_path / "plain.gguf")
+    p = _save(model, tmp_path / "plain.gguf")
     with GGUFReader(p) as r:
         assert "output.weight" in r.tensors
         assert np.array_equal(r.tensor("blk.0.attn_qkv.bias"), np.zeros(96, np.float32))
         assert np.array_equal(r.tensor("blk.1.ffn_norm.weight"), np.ones(32, np.float32))
-    back = load_gguf(p)
+    back = gptcore.load(p)
     assert back.config == config.replace(bias=True, ln_affine=True)  # zero biases, unit LayerNorms
     ids = IDS % 50
     assert np.array_equal(back.forward(ids[:, :9]), model.forward(ids[:, :9]))
@@ -135,31 +142,31 @@ def test_16_bit_files_equal_the_16_bit_models(tmp_path, tiny, weights, wd):
     code = {"bfloat16": "BF16", "float16": "F16"}[wd]
     # a float32 model written as 16-bit: the weight matrices and embedding rounded, the
     # position table, biases and LayerNorm parameters kept as F32
-    p = save_gguf(tiny, tmp_path / f"{wd}.gguf", wd)
+    p = _save(tiny, tmp_path / f"{wd}.gguf", wd)
     with GGUFReader(p) as r:
         types = {n: t.type for n, t in r.tensors.items()}
         assert types["token_embd.weight"] == types["blk.0.ffn_up.weight"] == code
         assert types["position_embd.weight"] == types["blk.0.ffn_up.bias"] == types["output_norm.weight"] == "F32"
         bits = gptcore.to_half_bits(weights["h.0.mlp.c_fc.weight"].T, wd)
         assert r.raw("blk.0.ffn_up.weight").tobytes() == bits.tobytes()
-    half = load_gguf(p, weight_dtype=wd)
+    half = gptcore.load(p, weight_dtype=wd)
     assert half.weight_dtype == wd
     assert np.array_equal(half.forward(IDS), gptcore.Model(weights, tiny.config, weight_dtype=wd).forward(IDS))
     rounded = {k: (v if k == "wpe.weight" or v.ndim == 1 else gptcore.round_weights(v, wd)) for k, v in weights.items()}
-    assert np.array_equal(load_gguf(p).forward(IDS), gptcore.Model(rounded, tiny.config).forward(IDS))
+    assert np.array_equal(gptcore.load(p).forward(IDS), gptcore.Model(rounded, tiny.config).forward(IDS))
     # a 16-bit model is written in its own format by default and comes back the same
     model16 = gptcore.Model(weights, tiny.config, weight_dtype=wd)
-    q = save_gguf(model16, tmp_path / f"{wd}-model.gguf")
-    again = load_gguf(q, weight_dtype=wd)
+    q = _save(model16, tmp_path / f"{wd}-model.gguf")
+    again = gptcore.load(q, weight_dtype=wd)
     assert np.array_equal(again.forward(IDS), model16.forward(IDS))
-    assert np.array_equal(load_gguf(q).forward(IDS),
+    assert np.array_equal(gptcore.load(q).forward(IDS),
                           gptcore.Model(gptcore.round_weights(weights, wd), tiny.config).forward(IDS))
     assert again.nbytes == model16.nbytes
 
 
 @pytest.mark.parametrize("wd, t", [("q8_0", ref.GGMLQuantizationType.Q8_0), ("q4_0", ref.GGMLQuantizationType.Q4_0)])
 def test_quantized_files_hold_the_reference_blocks(tmp_path, tiny, weights, wd, t):
-    p = save_gguf(tiny, tmp_path / f"{wd}.gguf", wd)
+    p = _save(tiny, tmp_path / f"{wd}.gguf", wd)
     g = {x.name: x for x in ref.GGUFReader(p).tensors}
     for name, src in (("blk.1.attn_output.weight", weights["h.1.attn.c_proj.weight"].T),
                       ("blk.0.ffn_down.weight", weights["h.0.mlp.c_proj.weight"].T),
@@ -169,11 +176,11 @@ def test_quantized_files_hold_the_reference_blocks(tmp_path, tiny, weights, wd, 
     assert g["position_embd.weight"].tensor_type == ref.GGMLQuantizationType.F32
     assert g["blk.0.attn_norm.weight"].tensor_type == ref.GGMLQuantizationType.F32
     with pytest.raises(ValueError, match=f"holds {wd.upper()} tensors .* cannot compute with {wd.upper()} weights yet"):
-        load_gguf(p)
+        gptcore.load(p)
     with pytest.raises(ValueError, match="cannot compute"):
-        load_gguf(p, weight_dtype="bfloat16")
-    deq = load_gguf(p, weight_dtype="float32")
-    want = gptcore.Model(gptcore.gguf.round_weights(weights, wd), tiny.config)
+        gptcore.load(p, weight_dtype="bfloat16")
+    deq = gptcore.load(p, weight_dtype="float32")
+    want = gptcore.Model(gptcore.round_weights(weights, wd), tiny.config)
     assert np.array_equal(deq.forward(IDS), want.forward(IDS))
     assert not np.array_equal(deq.forward(IDS), tiny.forward(IDS))
 
@@ -181,16 +188,14 @@ def test_quantized_files_hold_the_reference_blocks(tmp_path, tiny, weights, wd, 
 def test_saving_refuses_what_gguf_cannot_hold(tmp_path, weights, tiny):
     m64 = gptcore.Model(weights, tiny.config, dtype="float64")
     with pytest.raises(ValueError, match="float64 model's weights do not fit"):
-        save_gguf(m64, tmp_path / "x.gguf")
-    p = save_gguf(m64, tmp_path / "x.gguf", "float32")
-    assert np.array_equal(load_gguf(p).forward(IDS), tiny.forward(IDS))
+        _save(m64, tmp_path / "x.gguf")
+    p = _save(m64, tmp_path / "x.gguf", "float32")
+    assert np.array_equal(gptcore.load(p).forward(IDS), tiny.forward(IDS))
     sin = gptcore.GPTConfig.preset("lesson14")
     with pytest.raises(ValueError, match="learned positions"):
         write_model(gptcore.lessons.lesson14_weights(), sin, tmp_path / "s.gguf")
     with pytest.raises(ValueError, match="weight_dtype for a GGUF file"):
-        save_gguf(tiny, tmp_path / "y.gguf", "int8")
-    with pytest.raises(TypeError, match="gptcore Model"):
-        save_gguf(weights, tmp_path / "z.gguf")
+        _save(tiny, tmp_path / "y.gguf", "int8")
     assert not (tmp_path / "y.gguf").exists()
 
 
@@ -203,9 +208,9 @@ def test_a_matrix_whose_k_is_not_a_multiple_of_32_stays_float32(tmp_path):
     assert types["blk.0.ffn_down.weight"] == "Q8_0"  # K = d_ff = 64
     for n in ("blk.0.attn_qkv.weight", "blk.0.attn_output.weight", "blk.0.ffn_up.weight", "token_embd.weight"):
         assert types[n] == "F32", n  # K = d_model = 48
-    m = load_gguf(p, weight_dtype="float32")
+    m = gptcore.load(p, weight_dtype="float32")
     ids = IDS[:, :8] % 40
-    assert np.array_equal(m.forward(ids), gptcore.Model(gptcore.gguf.round_weights(w, "q8_0"), config).forward(ids))
+    assert np.array_equal(m.forward(ids), gptcore.Model(gptcore.round_weights(w, "q8_0"), config).forward(ids))
 
 
 def _rewrite(src: Path, dst: Path, meta_change=None, drop=(), tensors_extra=()):
@@ -237,15 +242,15 @@ def _rewrite(src: Path, dst: Path, meta_change=None, drop=(), tensors_extra=()):
 ])
 @pytest.mark.parametrize("wd", [None, "bfloat16"])
 def test_files_that_do_not_make_a_model(tmp_path, tiny, change, words, wd):
-    src = save_gguf(tiny, tmp_path / "ok.gguf")
+    src = _save(tiny, tmp_path / "ok.gguf")
     p = _rewrite(src, tmp_path / "bad.gguf", **change)
     with pytest.raises(ValueError) as info:
-        load_gguf(p, weight_dtype=wd)
+        gptcore.load(p, weight_dtype=wd)
     assert words in str(info.value) and str(p) in str(info.value)
 
 
 def test_a_tensor_type_gptcore_lacks_is_named(tmp_path, tiny):
-    src = save_gguf(tiny, tmp_path / "ok.gguf")
+    src = _save(tiny, tmp_path / "ok.gguf")
     q6 = TENSOR_TYPES["Q6_K"]
     # the head as llama-quantize's default Q4_0 mix stores it: Q6_K. Written as an F32 tensor of
     # 4 * 210 bytes, then retyped in place to Q6_K with ne = (256, 4): the same byte count.
@@ -258,42 +263,83 @@ def test_a_tensor_type_gptcore_lacks_is_named(tmp_path, tiny):
     data[pos + 4:pos + 24] = (256).to_bytes(8, "little") + (4).to_bytes(8, "little") + q6.id.to_bytes(4, "little")
     p.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="tensor 'output.weight' has type Q6_K; gptcore reads F32, F16, BF16, Q8_0 and Q4_0"):
-        load_gguf(p)
+        gptcore.load(p)
 
 
 def test_tokenizers_gptcore_cannot_build_leave_ids_working(tmp_path, tiny):
-    src = save_gguf(tiny, tmp_path / "ok.gguf")
+    src = _save(tiny, tmp_path / "ok.gguf")
     p = _rewrite(src, tmp_path / "spm.gguf", meta_change={"tokenizer.ggml.model": Value(ValueType.STRING, "llama")})
-    m = load_gguf(p)
+    m = gptcore.load(p)
     assert m.tokenizer is None
     assert np.array_equal(m.forward(IDS), tiny.forward(IDS))
     with pytest.raises(ValueError, match="tokenizer model 'llama' \\(SentencePiece\\) is not supported"):
         m.generate_text("hello", 3)
-    none = load_gguf(save_gguf(gptcore.Model(tiny._native.export(), tiny.config), tmp_path / "none.gguf"))
+    none = gptcore.load(_save(gptcore.Model(tiny._native.export(), tiny.config), tmp_path / "none.gguf"))
     with pytest.raises(ValueError, match="has no tokenizer"):
         none.score_text("hello")
-    given = load_gguf(p, tokenizer=TINY)
+    given = gptcore.load(p, tokenizer=TINY)
     assert given.tokenizer is not None
 
 
 def test_load_arguments(tmp_path, tiny):
-    p = save_gguf(tiny, tmp_path / "m.gguf")
-    assert load_gguf(p, n_heads=4).config.n_heads == 4
+    p = _save(tiny, tmp_path / "m.gguf")
+    assert gptcore.load(p, n_heads=4).config.n_heads == 4
     with pytest.raises(ValueError, match="n_heads=2 disagrees"):
-        load_gguf(p, n_heads=2)
+        gptcore.load(p, n_heads=2)
     with pytest.raises(ValueError, match="weight_dtype for a GGUF file"):
-        load_gguf(p, weight_dtype="q8_0")
+        gptcore.load(p, weight_dtype="q8_0")
     with pytest.raises(ValueError, match="needs dtype='float32'"):
-        load_gguf(p, dtype="float64", weight_dtype="bfloat16")
-    m64 = load_gguf(p, dtype="float64")
+        gptcore.load(p, dtype="float64", weight_dtype="bfloat16")
+    m64 = gptcore.load(p, dtype="float64")
     assert np.array_equal(m64.forward(IDS), gptcore.Model(tiny._native.export(), tiny.config, dtype="float64").forward(IDS))
 
 
 def test_describe(tmp_path, tiny):
-    p = save_gguf(tiny, tmp_path / "m.gguf", "q8_0")
+    p = _save(tiny, tmp_path / "m.gguf", "q8_0")
     text = describe(p)
     assert "architecture 'gpt2'" in text and "GGUF version 3" in text
     assert "gpt2.block_count = 2" in text and "gpt2.attention.layer_norm_epsilon = 1e-05" in text
     assert "tokenizer: 'gpt2' (pre 'gpt-2'), 640 tokens, 383 merges" in text
     assert "blk.0.attn_qkv.weight" in text and "Q8_0  [192, 64]" in text and "13,056 bytes" in text
     assert "Q8_0: 9 tensors" in text and "F32: 19 tensors" in text
+
+
+def test_cli_info_shows_a_gguf_files_tensors(tmp_path, tiny, capsys):
+    from gptcore.cli import main
+
+    p = _save(tiny, tmp_path / "m.gguf", "q4_0")
+    assert main(["info", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{p}: vocab 640, context 128, d_model 64, heads 4, layers 2")
+    assert "GGUF version 3, architecture 'gpt2', 28 tensors" in out
+    assert "blk.1.ffn_down.weight     Q4_0  [64, 256]" in out and "Q4_0: 9 tensors, 78,336 bytes" in out
+    assert "total                              149,248" in out  # the accounting follows
+    llama = _rewrite(p, tmp_path / "llama.gguf", meta_change={"general.architecture": Value(ValueType.STRING, "llama")})
+    assert main(["info", str(llama)]) == 1
+    captured = capsys.readouterr()
+    assert "blk.0.attn_qkv.weight" in captured.out  # the description comes before the error
+    assert "holds a 'llama' model" in captured.err
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x07\x00\x00\x00" + b"\x00" * 16)
+    assert main(["info", str(bad)]) == 1
+    assert "version 7" in capsys.readouterr().err
+
+
+def test_load_and_save_pick_gguf_by_name_or_magic(tmp_path, tiny, weights):
+    p = _save(tiny, tmp_path / "upper.GGUF")
+    assert np.array_equal(gptcore.load(p).forward(IDS), tiny.forward(IDS))
+    renamed = tmp_path / "model.bin.weights"
+    renamed.write_bytes(p.read_bytes())  # no .gguf suffix: recognised by its magic
+    assert np.array_equal(gptcore.load(renamed).forward(IDS), tiny.forward(IDS))
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes((TINY / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError, match="is not a valid GGUF file: it does not start with the magic"):
+        gptcore.load(fake)
+    with pytest.raises(FileNotFoundError):
+        gptcore.load(tmp_path / "missing.gguf")
+    # safetensors checkpoints take weight_dtype too now
+    tiny.save(tmp_path / "bf16", "bfloat16")
+    assert np.array_equal(gptcore.load(tmp_path / "bf16", weight_dtype="bfloat16").forward(IDS),
+                          gptcore.Model(weights, tiny.config, weight_dtype="bfloat16").forward(IDS))
+    with pytest.raises(ValueError, match="weight_dtype must be 'bfloat16' or 'float16', got 'q8_0'"):
+        tiny.save(tmp_path / "q8", "q8_0")

@@ -11,7 +11,8 @@ from gguf import GGMLQuantizationType as T
 from gguf import quants as ref
 
 import gptcore
-from gptcore.gguf import dequantize, quantize, round_weights
+from gptcore import round_weights
+from gptcore.gguf import dequantize, quantize
 from gptcore.gguf.format import Q4_0_BLOCK, Q8_0_BLOCK
 from gptcore.gguf.policy import storage_type
 

@@ -28,7 +28,8 @@ from typing import Any, Dict, Mapping, Tuple
 
 import numpy as np
 
-from .names import GPT2, to_gguf_layout, from_gguf_layout
+from .names import GPT2, from_gguf_layout, to_gguf_layout
+from .quants import dequantize, quantize
 
 __all__ = ["WEIGHT_DTYPES", "GGUF_TYPES", "takes_weight_type", "storage_type", "round_model_weights"]
 
@@ -61,14 +62,12 @@ def storage_type(gguf_name: str, shape: Tuple[int, ...], weight_dtype: str) -> s
 def round_model_weights(weights: Mapping[str, Any], gguf_type: str) -> Dict[str, np.ndarray]:
     """The float32 model whose weights are those a ``gguf_type`` (``"Q8_0"`` / ``"Q4_0"``) file
     holds: each tensor that ``storage_type`` puts in that type quantized and dequantized in
-    GGUF's orientation, the others as float32. ``weights`` uses gptcore's names (see
-    ``gptcore.weights``); the result is a new dict, the input is not modified."""
-    from ..weights import normalize_names
-    from .quants import dequantize, quantize
-
+    GGUF's orientation (blocks along each matrix's reduction dimension K), the others as float32.
+    ``weights`` has gptcore's schema names (``gptcore.weights.normalize_names`` gives them); the
+    result is a new dict, the input is not modified. ``gptcore.round_weights`` calls this."""
     wd = gguf_type.lower()
     out: Dict[str, np.ndarray] = {}
-    for name, value in normalize_names(weights).items():
+    for name, value in weights.items():
         a = np.asarray(value, dtype=np.float32)
         hit = GPT2.to_gguf(name)
         if hit is None:

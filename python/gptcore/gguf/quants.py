@@ -34,20 +34,19 @@ and the block would dequantize to infinities and NaNs). Inputs are converted to 
 
 ``dequantize`` is exact: ``d`` widens exactly from float16 and ``d * q`` (an 11-bit
 significand times at most 8 bits) is exact in float32, so "the dequantized model" is the same
-on every machine. ``round_weights(w, "q8_0")`` is ``dequantize(quantize(w))``; for a mapping
-of a model's weights it applies the policy of ``gptcore.gguf.policy`` (which tensors are
-quantized, in which orientation).
+on every machine. ``gptcore.round_weights(w, "q8_0")`` is ``dequantize(quantize(w))``, and for a
+model's weights applies ``gptcore.gguf.policy`` (which tensors are quantized, along which axis).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from .format import BLOCK_DTYPES, Q4_0_BLOCK, Q8_0_BLOCK
 
-__all__ = ["QK", "QUANT_FORMATS", "quantize", "dequantize", "round_weights", "quant_format"]
+__all__ = ["QK", "QUANT_FORMATS", "quantize", "dequantize", "quant_format"]
 
 #: Values per block (QK8_0 = QK4_0 = 32).
 QK = 32
@@ -190,25 +189,3 @@ def dequantize(blocks: Any, fmt: str) -> np.ndarray:
     with np.errstate(invalid="ignore", over="ignore"):  # a file's infinite or NaN scale: its values
         out = d * q
     return out.reshape(b.shape[:-1] + (b.shape[-1] * QK,))
-
-
-def round_weights(x: Any, fmt: str) -> Any:
-    """``x`` quantized to ``fmt`` (``"q8_0"`` or ``"q4_0"``) and dequantized, as float32.
-
-    ``x`` is an array (blocks along its last axis, a multiple of 32) or a mapping of a model's
-    weights (gptcore's names): each tensor that ``gptcore.gguf.policy`` quantizes is rounded in
-    GGUF's orientation (blocks along the reduction dimension K of each matrix), the others
-    (biases, LayerNorm parameters, position tables, matrices whose K is not a multiple of 32)
-    are returned as float32 unchanged. ``Model(round_weights(w, fmt))`` is the float32 model
-    that a model with weights in ``fmt`` is to equal bit for bit.
-
-    Examples:
-        >>> round_weights(np.array([0.1] * 31 + [1.0], np.float32), "q8_0")[[0, -1]].tolist()
-        [0.10235595703125, 0.99993896484375]
-    """
-    name = quant_format("round_weights: fmt", fmt)
-    if isinstance(x, Mapping):
-        from .policy import round_model_weights
-
-        return round_model_weights(x, name)
-    return dequantize(quantize(x, name), name)

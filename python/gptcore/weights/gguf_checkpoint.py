@@ -1,16 +1,19 @@
-"""GGUF files as gptcore models: the ``gpt2`` architecture's configuration, weights and tokenizer.
+"""GGUF files as gptcore weights: the ``gpt2`` architecture's configuration, tensors and tokenizer.
 
-Reading (``load_gguf``): the configuration comes from the metadata (``gpt2.context_length``,
+``gptcore.load`` and ``Model.save`` read and write ``.gguf`` files through this module; the file
+format itself (reader, writer, names, block formats, tokenizer metadata) is ``gptcore.gguf``.
+
+Reading (``open_model``): the configuration comes from the metadata (``gpt2.context_length``,
 ``.embedding_length``, ``.feed_forward_length``, ``.block_count``, ``.attention.head_count``,
 ``.attention.layer_norm_epsilon``; the vocabulary size from ``token_embd.weight``), the
 tokenizer from ``tokenizer.ggml.*`` (see ``gptcore.gguf.tokenizer``), the weights from the
 tensors (names and layouts from ``gptcore.gguf.names.GPT2``). The head is tied when the file
 has no ``output.weight`` or one whose bytes equal ``token_embd.weight``'s (llama.cpp's converter
-writes GPT-2's tied head out as a copy). F32, F16 and BF16 tensors are used as they are: into
-a float32 / float64 model (16-bit values widen exactly), or with ``weight_dtype="bfloat16"`` /
-``"float16"`` into a 16-bit model, one tensor at a time without a float32 copy of the model.
-Q8_0 and Q4_0 tensors are refused with a ``ValueError`` until gptcore computes with them, unless
-``weight_dtype="float32"`` asks for the float32 model of their dequantized values.
+writes GPT-2's tied head out as a copy). F32, F16 and BF16 tensors are used as they are: for a
+float32 / float64 model (16-bit values widen exactly), or with ``weight_dtype="bfloat16"`` /
+``"float16"`` for a 16-bit model, one tensor at a time without a float32 copy of the model.
+Q8_0 and Q4_0 tensors are refused with a ``ValueError`` until the core computes with them,
+unless ``weight_dtype="float32"`` asks for the float32 model of their dequantized values.
 
 The layer-norm epsilon is stored as float32; it is read back as the shortest decimal that
 rounds to that float32 (``1e-05`` for GPT-2's ``1e-5``), which is the value a configuration
@@ -37,14 +40,19 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ..config import GPTConfig
-from .format import FILE_TYPES, READABLE_TYPES, Value, ValueType
-from .names import GPT2, from_gguf_layout, to_gguf_layout
-from .policy import GGUF_TYPES, WEIGHT_DTYPES, storage_type
-from .reader import GGUFReader
-from .writer import WriterTensor, write_gguf
+from ..gguf.format import FILE_TYPES, READABLE_TYPES, Value, ValueType
+from ..gguf.names import GPT2, from_gguf_layout, to_gguf_layout
+from ..gguf.policy import GGUF_TYPES, WEIGHT_DTYPES, storage_type
+from ..gguf.quants import quantize
+from ..gguf.reader import GGUFReader
+from ..gguf.tokenizer import tokenizer_from_metadata, tokenizer_metadata
+from ..gguf.writer import WriterTensor, write_gguf
+from . import schema, validation
+from .formats import FLOAT32_KINDS, to_half_bits
+from .formats import WEIGHT_DTYPES as HALF_DTYPES
 
-__all__ = ["ModelParts", "config_from_metadata", "config_metadata", "read_weights", "open_model", "load_gguf",
-           "write_model", "save_gguf", "is_gguf", "describe"]
+__all__ = ["ModelParts", "config_from_metadata", "config_metadata", "read_weights", "open_model", "write_model",
+           "is_gguf", "describe"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -55,16 +63,22 @@ _GPT2_KEYS = ("context_length", "embedding_length", "feed_forward_length", "bloc
 
 
 def is_gguf(path: PathLike) -> bool:
-    """Whether ``path`` is a file that starts with GGUF's magic (or, when it cannot be read,
-    whether its name ends in ``.gguf``)."""
-    p = Path(os.fspath(path))
+    """Whether ``path`` names a GGUF file: its name ends in ``.gguf`` (whether or not it exists,
+    so that the GGUF reader reports what is wrong with it), or it is a file that starts with
+    GGUF's magic."""
+    try:
+        p = Path(os.fspath(path))
+    except TypeError:
+        return False  # the loader that handles other paths says what is wrong with this one
+    if p.suffix.lower() == ".gguf":
+        return True
     try:
         if p.is_file():
             with open(p, "rb") as fh:
                 return fh.read(4) == b"GGUF"
     except OSError:
         pass
-    return p.suffix.lower() == ".gguf"
+    return False
 
 
 def _shortest_float32(x: float) -> float:
@@ -220,10 +234,6 @@ def open_model(path: PathLike, *, n_heads: Optional[int] = None, weight_dtype: A
     ``"float32"`` also dequantizes Q8_0 / Q4_0 tensors, which None refuses), ``"bfloat16"`` /
     ``"float16"`` (``small`` and ``fetch``; BF16 / F16 tensors of that format as stored, others
     rounded to nearest even). Every name, shape and type is checked before anything is read."""
-    from ..weights.formats import FLOAT32_KINDS, WEIGHT_DTYPES as HALF_DTYPES, to_half_bits
-    from ..weights import schema, validation
-    from .tokenizer import tokenizer_from_metadata
-
     wd = weight_dtype
     if wd is not None and (not isinstance(wd, str) or wd not in ("float32",) + HALF_DTYPES):
         raise ValueError(f"load: weight_dtype for a GGUF file must be None, 'float32', 'bfloat16' or 'float16', "
@@ -276,51 +286,14 @@ def open_model(path: PathLike, *, n_heads: Optional[int] = None, weight_dtype: A
         yield parts
 
 
-def load_gguf(path: PathLike, *, dtype: Any = "float32", n_heads: Optional[int] = None,
-              weight_dtype: Any = None, tokenizer: Any = None) -> Any:
-    """A ``Model`` from a ``gpt2`` GGUF file (see the module documentation and ``open_model``).
-
-    ``weight_dtype``: None (weights in ``dtype``), ``"bfloat16"`` / ``"float16"`` (a 16-bit
-    model), or ``"float32"`` (a float32 model; Q8_0 / Q4_0 tensors dequantized). ``tokenizer``
-    (a ``gptcore.Tokenizer`` or a folder) replaces the one in the file.
-    """
-    # The one place gptcore.gguf builds a Model; it moves into gptcore.load when GGUF files are
-    # wired there (gptcore.model then imports this package, never the other way round).
-    from .. import _native
-    from ..model import Model, _dtype_name
-    from ..tokenizer import Tokenizer
-
-    name = _dtype_name(dtype, "load")
-    if weight_dtype is not None and name != "float32":
-        raise ValueError(f"load: weight_dtype={weight_dtype!r} needs dtype='float32', got dtype={name!r}")
-    with open_model(path, n_heads=n_heads, weight_dtype=weight_dtype) as parts:
-        if parts.fetch is not None:
-            model = Model.__new__(Model)  # as Model._from_checkpoint_half builds a 16-bit model
-            model._config, model._dtype, model._branch_scale = parts.config, "float32", 1.0
-            model._weight_dtype, model._tokenizer, model._tokenizer_missing = parts.weight_dtype, None, None
-            model._native = _native.NativeModel(parts.small, parts.config, "float32", parts.weight_dtype, parts.fetch)
-        else:
-            model = Model(parts.weights, parts.config, dtype=name)
-        if tokenizer is not None:
-            model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
-        elif parts.tokenizer is not None:
-            model.tokenizer = parts.tokenizer
-        else:
-            model._tokenizer_missing = parts.tokenizer_missing
-    return model
-
-
 def _filled(weights: Mapping[str, np.ndarray], config: GPTConfig) -> Dict[str, np.ndarray]:
     """The weights with the zero biases and unit / zero LayerNorm parameters that llama.cpp's
     gpt2 architecture requires, where ``config`` has none."""
-    from ..weights import expected_shapes
-
     full = config.replace(bias=True, attn_bias=True, ln_affine=True)
     out = dict(weights)
-    for name, shape in expected_shapes(full).items():
+    for name, shape, kind in schema._tensor_kinds(full):
         if name not in out:
-            out[name] = np.ones(shape, np.float32) if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")) \
-                else np.zeros(shape, np.float32)
+            out[name] = np.ones(shape, np.float32) if kind == "ln_weight" else np.zeros(shape, np.float32)
     return out
 
 
@@ -330,12 +303,6 @@ def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: Path
     eligible tensors are ``weight_dtype`` (see ``gptcore.gguf.policy``), with ``tokenizer``'s
     metadata (or ``tokenizer.ggml.model = "none"``) and any extra ``metadata``. Tensors are
     converted one at a time while the file is written."""
-    from ..weights.formats import to_half_bits
-    from ..weights import validate
-    from ..weights.schema import _tensor_kinds
-    from .quants import quantize
-    from .tokenizer import tokenizer_metadata
-
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"save: weight_dtype for a GGUF file must be one of {', '.join(WEIGHT_DTYPES)}, "
                          f"got {weight_dtype!r}")
@@ -350,10 +317,10 @@ def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: Path
         meta["tokenizer.ggml.model"] = Value(ValueType.STRING, "none")
     meta.update(metadata or {})
 
-    w = _filled(validate(weights, config), config)
+    w = _filled(validation.validate(weights, config), config)
     full = config.replace(bias=True, attn_bias=True, ln_affine=True)
     tensors: List[WriterTensor] = []
-    for name, _, _ in _tensor_kinds(full):
+    for name, _, _ in schema._tensor_kinds(full):
         hit = GPT2.to_gguf(name)
         assert hit is not None, name
         gname, layout = hit
@@ -373,27 +340,6 @@ def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: Path
 
         tensors.append(WriterTensor(gname, ttype, shape, data))
     return write_gguf(path, meta, tensors)
-
-
-def save_gguf(model: Any, path: PathLike, weight_dtype: Optional[str] = None) -> Path:
-    """Write ``model`` (a ``gptcore.Model``) as a GGUF file: by default in the format it stores
-    its weights in (float32, bfloat16 or float16), so that ``load_gguf`` gives back the same
-    model; ``weight_dtype`` chooses another (``"q8_0"`` and ``"q4_0"`` quantize with llama.cpp's
-    reference rounding). A float64 model needs an explicit ``weight_dtype``: GGUF's F32 would
-    round its weights."""
-    from ..model import Model
-
-    if not isinstance(model, Model):
-        raise TypeError(f"save: model must be a gptcore Model, got {type(model).__name__}")
-    if weight_dtype is None:
-        if model.weight_dtype is not None:
-            weight_dtype = model.weight_dtype
-        elif model.dtype == np.float64:
-            raise ValueError("save: a float64 model's weights do not fit GGUF's F32 exactly; pass weight_dtype="
-                             "'float32' (rounding them to nearest) or another format")
-        else:
-            weight_dtype = "float32"
-    return write_model(model._native.export(), model.config, path, weight_dtype, model.tokenizer)
 
 
 def describe(path: PathLike) -> str:
