@@ -19,7 +19,7 @@ from .scoring import ScoreResult
 from .chat import chat, stream_chat
 from .text import generate_text, score_text, stream_text
 from .tokenizer import Tokenizer, missing_tokenizer_message
-from .weights import infer_config, load_safetensors, save_safetensors, validate
+from .weights import gguf_checkpoint, infer_config, load_safetensors, save_safetensors, validate
 from .weights.checkpoint import inspect_checkpoint, open_lazy
 from .weights.formats import weight_dtype_name
 from .weights.schema import _tensor_kinds
@@ -141,6 +141,13 @@ class Model:
         """A model with ``weight_dtype`` weights read one tensor at a time (no float32 copy of
         the weights)."""
         small, config, fetch = open_lazy(path, weight_dtype, n_heads)
+        return cls._from_parts(small, config, weight_dtype, fetch)
+
+    @classmethod
+    def _from_parts(cls, small: Mapping[str, np.ndarray], config: GPTConfig, weight_dtype: str,
+                    fetch: Any) -> "Model":
+        """A ``weight_dtype`` model from its float32 biases and LayerNorm parameters ``small`` and
+        ``fetch(name)``, which returns one weight matrix or embedding as its uint16 patterns."""
         m = cls.__new__(cls)
         m._config = config
         m._dtype = "float32"
@@ -502,12 +509,33 @@ class Model:
                 logits = self._native.step(cache, np.ascontiguousarray(tok[:, None]), "last")
 
     # ---------------------------------------------------------------- files
-    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
+    def save(self, path: Union[str, "os.PathLike[str]"], weight_dtype: Optional[str] = None) -> None:
         """Write the weights the model computes with (in its dtype, ``branch_scale`` applied) as
-        a Hugging Face style folder (``config.json`` + ``model.safetensors``) or a
-        ``.safetensors`` file, so that ``load`` gives back the same model."""
+        a Hugging Face style folder (``config.json`` + ``model.safetensors``), a
+        ``.safetensors`` file or, for a path ending in ``.gguf``, a GGUF file (architecture
+        ``gpt2``, with the tokenizer), so that ``load`` gives back the same model.
+
+        ``weight_dtype`` stores the weight matrices and embeddings in another format: for a
+        safetensors checkpoint ``"float32"``, ``"bfloat16"`` or ``"float16"`` (rounded to nearest
+        even); for a GGUF file also ``"q8_0"`` and ``"q4_0"`` (llama.cpp's reference
+        quantizers; which tensors, see ``gptcore.gguf.policy``). By default it is the model's
+        own format; a float64 model must name one for a GGUF file (F32 would round it).
+        """
+        if isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(".gguf"):
+            wd = weight_dtype if weight_dtype is not None else self._weight_dtype
+            if wd is None:
+                if self._dtype == "float64":
+                    raise ValueError("save: a float64 model's weights do not fit GGUF's F32 exactly; pass "
+                                     "weight_dtype='float32' (rounding them to nearest) or another format")
+                wd = "float32"
+            gguf_checkpoint.write_model(self._native.export(), self._config, path, wd, self._tokenizer)
+            return
         # In a 16-bit format, the stored values exactly: widened on export, rounded back.
-        save_safetensors(self._native.export(), self._config, path, weight_dtype=self._weight_dtype)
+        if weight_dtype is None:
+            wd = self._weight_dtype
+        else:
+            wd = None if weight_dtype == "float32" else weight_dtype_name("save: weight_dtype", weight_dtype)
+        save_safetensors(self._native.export(), self._config, path, weight_dtype=wd)
 
 
 def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: Optional[GPTConfig] = None, **options: Any):
@@ -556,8 +584,16 @@ def load(
     matrices and embedding tables are all stored in one 16-bit format keeps it (the usual
     bfloat16 Llama folder computes in float32 from bfloat16 weights, at half the memory);
     ``weight_dtype="float32"`` widens them to float32.
+
+    A GGUF file (architecture ``gpt2``; F32, F16, BF16 tensors) loads the same way, with its
+    configuration and tokenizer from its metadata (see ``gptcore.weights.gguf_checkpoint``). A
+    file with Q8_0 / Q4_0 tensors raises a ``ValueError`` until the core computes with those
+    formats, unless ``weight_dtype="float32"`` asks for the float32 model of their dequantized
+    values (``round_weights(w, "q8_0")`` of the original weights).
     """
     name = _dtype_name(dtype)
+    if gguf_checkpoint.is_gguf(path):
+        return _load_gguf(path, name, n_heads, tokenizer, weight_dtype)
     if weight_dtype is None and name == "float32":
         wd = inspect_checkpoint(path, n_heads).stored_format
     else:
@@ -579,6 +615,32 @@ def load(
     else:
         model._tokenizer_missing = (missing_tokenizer_message(None) + f" ({str(p)!r} is a single file; "
                                     "pass load(..., tokenizer=folder))")
+    return model
+
+
+def _load_gguf(path: Any, dtype: str, n_heads: Optional[int], tokenizer: Any, weight_dtype: Any) -> Model:
+    """``load`` of a GGUF file (``weight_dtype`` may also be ``"float32"``: dequantize)."""
+    wd = weight_dtype
+    if wd is not None:
+        if not (isinstance(wd, str) and wd == "float32"):
+            try:
+                wd = weight_dtype_name("weight_dtype", wd)
+            except (TypeError, ValueError):
+                raise ValueError(f"load: weight_dtype for a GGUF file must be None, 'float32', 'bfloat16' or "
+                                 f"'float16', got {weight_dtype!r}") from None
+        if dtype != "float32":
+            raise ValueError(f"load: weight_dtype={wd!r} needs dtype='float32', got dtype={dtype!r}")
+    with gguf_checkpoint.open_model(path, n_heads=n_heads, weight_dtype=wd) as parts:
+        if parts.fetch is not None:
+            model = Model._from_parts(parts.small, parts.config, parts.weight_dtype, parts.fetch)
+        else:
+            model = Model(parts.weights, parts.config, dtype=dtype)
+    if tokenizer is not None:
+        model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
+    elif parts.tokenizer is not None:
+        model.tokenizer = parts.tokenizer
+    else:
+        model._tokenizer_missing = parts.tokenizer_missing
     return model
 
 

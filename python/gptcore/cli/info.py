@@ -1,7 +1,8 @@
-"""``gptcore info MODEL``: the accounting of a preset, a model folder or a safetensors file
-(parameters by component, FLOPs per token, the attention share, the logits memory, the
-Chinchilla budget). A folder or file is described from its ``config.json`` and the
-safetensors headers alone: no weight is read."""
+"""``gptcore info MODEL``: the accounting of a preset, a model folder, a safetensors file or a
+GGUF file (parameters by component, FLOPs per token, the attention share, the logits memory,
+the Chinchilla budget); for a GGUF file also its metadata and each tensor's type, shape and
+bytes. A folder or safetensors file is described from its ``config.json`` and the headers
+alone: no weight is read."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..accounting import chinchilla, flops_per_token, logits_memory, param_count
 from ..config import LLAMA_PRESETS, PRESETS, GPTConfig
 from ..lessons import lesson14_counting
 from ..tokenizer import Tokenizer
+from ..weights import gguf_checkpoint
 from ..weights.checkpoint import inspect_checkpoint
 from ._common import Fail, file_error, fmt_int, fmt_size, positive, table
 
@@ -24,7 +26,8 @@ _PRESET_NAMES = sorted(PRESETS) + sorted(LLAMA_PRESETS)
 def add_parser(sub) -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="parameters, FLOPs and memory of a preset model")
     info.add_argument("model", type=_model_arg, metavar="MODEL",
-                      help="a preset (any case: " + ", ".join(_PRESET_NAMES) + "), a model folder or a .safetensors file")
+                      help="a preset (any case: " + ", ".join(_PRESET_NAMES) + "), a model folder, a .safetensors "
+                           "file or a .gguf file")
     info.add_argument("--T", type=positive, default=None, help="context length for FLOPs and logits (default: n_ctx)")
     info.add_argument("--batch", type=positive, default=1, help="batch size for the logits memory (default 1)")
     info.add_argument("--bytes", type=positive, default=4, help="bytes per logit (default 4, float32)")
@@ -86,7 +89,7 @@ def _model_arg(text: str) -> str:
         return text
     raise argparse.ArgumentTypeError(
         f"invalid choice: {text!r} is neither a preset ({', '.join(_PRESET_NAMES)}) "
-        "nor an existing model folder or .safetensors file")
+        "nor an existing model folder, .safetensors file or .gguf file")
 
 
 def _describe(cfg: GPTConfig) -> str:
@@ -139,6 +142,8 @@ def _info_config(model: str) -> Tuple[GPTConfig, List[str]]:
     if model.lower() in _PRESET_NAMES:
         return GPTConfig.preset(model.lower()), []
     p = Path(model)
+    if gguf_checkpoint.is_gguf(p):
+        return _gguf_config(p)
     try:
         found = inspect_checkpoint(p, fn="info")
     except FileNotFoundError as e:
@@ -158,4 +163,23 @@ def _info_config(model: str) -> Tuple[GPTConfig, List[str]]:
             lines.append(f"  tokenizer: {tok.vocab_size:,} ids")
         except (FileNotFoundError, ValueError) as e:
             lines.append(f"  tokenizer: none ({str(e).split(': ', 1)[-1]})")
+    return cfg, lines
+
+
+def _gguf_config(p: Path) -> Tuple[GPTConfig, List[str]]:
+    """A GGUF file's configuration and its description (metadata, tensors). A file that is no
+    gpt2 model still has its description printed before the error."""
+    from ..gguf import GGUFReader
+
+    try:
+        first, *rest = gguf_checkpoint.describe(p).splitlines()
+        lines = ["  " + first.split(": ", 1)[-1]] + rest
+        with GGUFReader(p) as reader:
+            cfg = gguf_checkpoint.config_from_metadata(reader)
+    except FileNotFoundError as e:
+        raise Fail(file_error(e)) from None
+    except ValueError as e:
+        if "lines" in locals():
+            print("\n".join([f"{p}:"] + lines))
+        raise Fail(str(e)) from None
     return cfg, lines
