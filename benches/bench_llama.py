@@ -307,25 +307,26 @@ class LlamaCppRunner:
 # ---------------------------------------------------------------------------------------------
 
 
-def decode_fn(runner, prompt):
-    """One sample: a fresh prompt, then STEPS single-token steps; returns the seconds per step."""
+def decode_fn(runner, prompt, steps):
+    """One sample: a fresh prompt, then ``steps`` single-token steps; returns the seconds per
+    step."""
     def run():
         tok = runner.start(prompt)
         t0 = time.perf_counter()
-        for _ in range(STEPS):
+        for _ in range(steps):
             tok = runner.step(tok)
-        return (time.perf_counter() - t0) / STEPS
+        return (time.perf_counter() - t0) / steps
     return run
 
 
-def time_decode(runners, prompt, reps):
+def time_decode(runners, prompt, reps, steps):
     """Seconds per decode step of each runner: alternating rounds, median."""
     samples = {k: [] for k in runners}
     names = list(runners)
     for r in range(reps):
         for k in (names if r % 2 == 0 else names[::-1]):
             time.sleep(SETTLE_THREADED)
-            samples[k].append(decode_fn(runners[k], prompt)())
+            samples[k].append(decode_fn(runners[k], prompt, steps)())
     return {k: float(np.median(v)) for k, v in samples.items()}, samples
 
 
@@ -373,7 +374,7 @@ def bench_model(name, args, torch, transformers, ll, workdir, notes, rows_prefil
     g = med["gptcore float32"]
     for k, v in med.items():
         rows_prefill.append([name, k, f"{v * 1e3:.1f}", f"{PREFILL / v:.1f}", fmt(v / g)])
-    dec, _ = time_decode(runners, prompt, args.reps)
+    dec, _ = time_decode(runners, prompt, args.reps, args.steps)
     add_decode_rows(rows_decode, name, dec, "gptcore float32", config, 4, bw)
     # 192 positions: whole blocks of the cache's 96-position layout, so no room is counted twice.
     m32 = runners["gptcore float32"].model
@@ -401,7 +402,7 @@ def bench_model(name, args, torch, transformers, ll, workdir, notes, rows_prefil
                   min_time=0.0, max_inner=1, settle=SETTLE_THREADED)
     for k, v in pre.items():
         rows_prefill.append([name, k, f"{v.median * 1e3:.1f}", f"{PREFILL / v.median:.1f}", fmt(v.median / g)])
-    dec, _ = time_decode(runners, prompt, args.reps)
+    dec, _ = time_decode(runners, prompt, args.reps, args.steps)
     add_decode_rows(rows_decode, name, dec, "gptcore bfloat16", config, 2, bw)
     for r in runners.values():
         if isinstance(r, LlamaCppRunner):
@@ -443,6 +444,7 @@ def main():
     ap.add_argument("--models", default="smollm2-135m,qwen2.5-0.5b", help="presets (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every implementation (default 2)")
     ap.add_argument("--reps", type=int, default=5, help="alternating rounds (default 5)")
+    ap.add_argument("--steps", type=int, default=STEPS, help=f"decode steps per sample (default {STEPS})")
     ap.add_argument("--no-torch", action="store_true", help="leave transformers out")
     ap.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
     add_machine_args(ap)
@@ -470,7 +472,7 @@ def main():
     print(environment_report(notes))
     print(f"\n### Prefill 1 x {PREFILL} (median of {args.reps} alternating rounds; ratio = time / gptcore float32's)\n")
     print(markdown_table(["model", "implementation", "ms", "tok/s", "time ratio"], rows_prefill))
-    print(f"\n### Decode B = 1 (after a {PROMPT}-token prompt, {STEPS} steps per sample; ratio = time / gptcore's "
+    print(f"\n### Decode B = 1 (after a {PROMPT}-token prompt, {args.steps} steps per sample; ratio = time / gptcore's "
           "of the width; bound share = tok/s over read bandwidth / weight bytes at that width)\n")
     print(markdown_table(["model", "implementation", "ms/token", "tok/s", "time ratio", "share of bound"],
                          rows_decode))
