@@ -2,7 +2,7 @@
 //! (`decoder/families/*/`) builds a [`Layout`] from a config out of the shared specs below:
 //! the one definition of every name and shape, which loading ([`super::Model::new`]),
 //! exporting ([`super::Model::export`]) and Python's validation, weight initialisation and
-//! documentation ([`super::schema`]) all read.
+//! documentation ([`super::schema()`]) all read.
 
 use super::rotary::Rope;
 
