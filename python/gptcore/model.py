@@ -140,10 +140,11 @@ class Model:
         self._native = _native.NativeModel(native_weights, config, name, wd)
 
     @classmethod
-    def _from_checkpoint_lazily(cls, path: Any, weight_dtype: str, n_heads: Optional[int]) -> "Model":
+    def _from_checkpoint_lazily(cls, path: Any, weight_dtype: str, n_heads: Optional[int],
+                                allow_nonfinite: bool = False) -> "Model":
         """A model with ``weight_dtype`` weights read one tensor at a time (no float32 copy of
         the weights)."""
-        small, config, fetch = open_lazy(path, weight_dtype, n_heads)
+        small, config, fetch = open_lazy(path, weight_dtype, n_heads, allow_nonfinite)
         m = cls.__new__(cls)
         m._config = config
         m._dtype = "float32"
@@ -637,6 +638,7 @@ def load(
     n_heads: Optional[int] = None,
     tokenizer: Any = None,
     weight_dtype: Any = None,
+    allow_nonfinite: bool = False,
 ) -> Model:
     """Load a Hugging Face GPT-2 checkpoint folder (``config.json`` + ``model.safetensors``) or
     a ``.safetensors`` file into a ``Model``. Pickle checkpoints are refused.
@@ -644,8 +646,14 @@ def load(
     ``model.tokenizer`` is the folder's tokenizer (``tokenizer.json``, or ``vocab.json`` +
     ``merges.txt``) when it has one, else ``None``: ids work either way, text calls then raise
     an error naming the missing files. ``tokenizer`` (a folder, or a
-    ``gptcore.Tokenizer``) takes the tokenizer from elsewhere. ``model.eos_token_ids`` are the folder's
+    ``gptcore.Tokenizer``) takes the tokenizer from elsewhere. A tokenizer with more ids
+    (added tokens included) than the model's ``vocab_size`` is a ``ValueError`` naming both
+    sizes: the two do not belong together. ``model.eos_token_ids`` are the folder's
     ``eos_token_id`` (``generation_config.json``, else ``config.json``).
+
+    A tensor holding a NaN or an infinity is a ``ValueError`` naming the tensor and the first
+    such index (found as each tensor is read, no extra copy); ``allow_nonfinite=True`` loads
+    it anyway, to debug it.
 
     With ``weight_dtype`` (``"bfloat16"`` or ``"float16"``) the weight matrices and embedding
     tables are stored 16-bit: the tensors are read one at a time and packed (BF16/F16 tensors
@@ -654,6 +662,8 @@ def load(
     """
     name = _dtype_name(dtype, "load")
     wd = _weight_dtype(weight_dtype, name)
+    if not isinstance(allow_nonfinite, bool):
+        raise TypeError(f"load: allow_nonfinite must be a bool, got {allow_nonfinite!r}")
     try:
         text = os.fspath(path)
     except TypeError:
@@ -662,15 +672,16 @@ def load(
         raise TypeError(f"load: path must be a str or os.PathLike, got {type(path).__name__}")
     p = Path(text)
     if wd is not None:
-        model = Model._from_checkpoint_lazily(p, wd, n_heads)
+        model = Model._from_checkpoint_lazily(p, wd, n_heads, allow_nonfinite)
     else:
-        weights, config = load_safetensors(p, n_heads=n_heads)
+        weights, config = load_safetensors(p, n_heads=n_heads, allow_nonfinite=allow_nonfinite)
         model = Model(weights, config, dtype=dtype, n_heads=n_heads)
     vocab = model.config.vocab_size
     if p.is_dir():
         model._eos_ids = eos_token_ids(p, vocab)
     if tokenizer is not None:
         tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
+        _check_tokenizer_fits(tok, vocab, p)
         model.tokenizer = tok
         return model
     if p.is_dir():
@@ -679,11 +690,21 @@ def load(
         except FileNotFoundError as e:  # ids still work; text calls repeat why there is none
             model._tokenizer_missing = str(e).split(": ", 1)[-1]
         else:
+            _check_tokenizer_fits(tok, vocab, p)
             model.tokenizer = tok
     else:
         model._tokenizer_missing = (missing_tokenizer_message(None) + f" ({str(p)!r} is a single file; "
                                     "pass load(..., tokenizer=folder))")
     return model
+
+
+def _check_tokenizer_fits(tok: Tokenizer, vocab_size: int, model_path: Path) -> None:
+    if tok.vocab_size > vocab_size:
+        src = f" ({tok.source})" if tok.source else ""
+        raise ValueError(
+            f"load: the tokenizer{src} has {tok.vocab_size:,} ids (added tokens included) but the model in "
+            f"{str(model_path)!r} has vocab_size = {vocab_size:,}: they do not belong together (the tokenizer "
+            "would produce ids the model has no embedding for)")
 
 
 def softmax(x: Any, axis: int = -1) -> np.ndarray:

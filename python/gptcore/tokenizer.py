@@ -38,6 +38,30 @@ def _tokenizers():
     return tokenizers
 
 
+# Tokenizer models that read text but do not give it back: WordPiece (BERT's) and WordLevel
+# normalise and split it (case, accents, spaces around punctuation), so a generated token's
+# text and a scored text's tokens would not be the text.
+_UNSUPPORTED_KINDS = {
+    "WordPiece": "an encoder's tokenizer (BERT's) whose decoding does not give the text back",
+    "WordLevel": "a whole-word tokenizer whose decoding does not give the text back",
+}
+
+
+def _model_kind(path: Path) -> Optional[str]:
+    """The ``model.type`` of a tokenizer.json (None when the file does not say or is not JSON:
+    the library's parser then says what is wrong)."""
+    import json
+
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            content = json.load(fh)
+    except (OSError, ValueError, RecursionError):
+        return None
+    model = content.get("model") if isinstance(content, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 def missing_tokenizer_message(folder: Union[str, "os.PathLike[str]", None]) -> str:
     """The sentence used when a text call meets a model without a tokenizer."""
     where = f" in {str(folder)!r}" if folder is not None else ""
@@ -61,7 +85,9 @@ class Tokenizer:
         tokenizer.no_truncation()
         self._tk = tokenizer
         self._source = source
-        self._vocab_size = int(tokenizer.get_vocab_size(with_added_tokens=True))
+        # Ids need not be dense: the largest id (added tokens included) bounds them, not the count.
+        ids = tokenizer.get_vocab(with_added_tokens=True).values()
+        self._vocab_size = max(int(tokenizer.get_vocab_size(with_added_tokens=True)), max(ids, default=-1) + 1)
         eos = None
         for name in _EOS_NAMES:
             i = tokenizer.token_to_id(name)
@@ -77,10 +103,17 @@ class Tokenizer:
         p = Path(os.fspath(path))
         if not p.is_file():
             raise FileNotFoundError(f"Tokenizer.from_file: no such file: {str(p)!r}")
+        kind = _model_kind(p)
+        if kind in _UNSUPPORTED_KINDS:
+            raise ValueError(f"Tokenizer.from_file: {str(p)!r} holds a {kind} tokenizer, "
+                             f"{_UNSUPPORTED_KINDS[kind]}; gptcore's text functions read BPE and Unigram "
+                             "tokenizers (GPT-2's byte-level BPE, Llama's, Mistral's, SentencePiece)")
         try:
             tok = _tokenizers().Tokenizer.from_file(str(p))
         except Exception as e:  # the Rust library raises a plain Exception for a malformed file
-            raise ValueError(f"Tokenizer.from_file: {str(p)!r} is not a valid tokenizer.json: {e}") from None
+            what = f"a {kind} tokenizer that" if kind else "no tokenizer"
+            raise ValueError(f"Tokenizer.from_file: {str(p)!r} is not a valid tokenizer.json: it holds {what} "
+                             f"the installed tokenizers library ({_tokenizers().__version__}) can read ({e})") from None
         return cls(tok, source=str(p))
 
     @classmethod
@@ -131,6 +164,11 @@ class Tokenizer:
     def vocab_size(self) -> int:
         """Number of ids the tokenizer can produce (added tokens included)."""
         return self._vocab_size
+
+    @property
+    def source(self) -> Optional[str]:
+        """The file or folder the tokenizer was read from, or ``None``."""
+        return self._source
 
     @property
     def eos_id(self) -> Optional[int]:
