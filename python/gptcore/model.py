@@ -16,6 +16,7 @@ from ._memory import check_alloc
 from .config import GPTConfig
 from ._warnings import warn_at_caller
 from .generation_config import eos_token_ids
+from .hub import resolve as resolve_hub
 from .sampling import SamplingParams, samplers_for_batch
 from .stop_strings import StopStringMatcher
 from .scoring import ScoreResult
@@ -643,6 +644,11 @@ def load(
     """Load a Hugging Face GPT-2 checkpoint folder (``config.json`` + ``model.safetensors``) or
     a ``.safetensors`` file into a ``Model``. Pickle checkpoints are refused.
 
+    ``path`` may also be the name of a model on the Hugging Face Hub (``"openai-community/gpt2"``,
+    ``"gpt2"``) when no file or folder of that name exists here: it is taken from the Hugging
+    Face cache with no network access, or else downloaded (safetensors and tokenizer files
+    only) unless ``HF_HUB_OFFLINE`` is set; see ``gptcore.hub``.
+
     ``model.tokenizer`` is the folder's tokenizer (``tokenizer.json``, or ``vocab.json`` +
     ``merges.txt``) when it has one, else ``None``: ids work either way, text calls then raise
     an error naming the missing files. ``tokenizer`` (a folder, or a
@@ -670,7 +676,7 @@ def load(
         text = None
     if not isinstance(text, str):
         raise TypeError(f"load: path must be a str or os.PathLike, got {type(path).__name__}")
-    p = Path(text)
+    p, _ = resolve_hub(text)
     if wd is not None:
         model = Model._from_checkpoint_lazily(p, wd, n_heads, allow_nonfinite)
     else:

@@ -10,6 +10,7 @@ from typing import List, Tuple
 
 from ..accounting import chinchilla, flops_per_token, logits_memory, param_count
 from ..config import PRESETS, GPTConfig
+from ..hub import resolve as resolve_hub
 from ..lessons import lesson14_counting
 from ..tokenizer import Tokenizer
 from ..weights import infer_config, load_safetensors
@@ -80,9 +81,15 @@ def _model_arg(text: str) -> str:
     """``info``'s MODEL: a preset name in any case, or an existing folder or file."""
     if text.lower() in PRESETS or Path(text).exists():
         return text
+    try:  # a Hugging Face Hub name already in the cache (info downloads nothing)
+        folder, repo = resolve_hub(text, fn="info", download=False)
+    except (FileNotFoundError, ImportError):
+        repo = None
+    if repo is not None:
+        return str(folder)
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {text!r} is neither a preset ({', '.join(sorted(PRESETS))}) "
-        "nor an existing model folder or .safetensors file")
+        f"invalid choice: {text!r} is neither a preset ({', '.join(sorted(PRESETS))}), an existing model folder "
+        "or .safetensors file, nor a model in the Hugging Face cache")
 
 
 def _describe(cfg: GPTConfig) -> str:
@@ -114,7 +121,7 @@ def _info_config(model: str) -> Tuple[GPTConfig, List[str]]:
         return GPTConfig.preset(model.lower()), []
     p = Path(model)
     try:
-        weights, cfg = load_safetensors(p)
+        weights, cfg = load_safetensors(p, allow_nonfinite=True)  # described, not run
     except FileNotFoundError as e:
         raise Fail(file_error(e)) from None
     except (ValueError, TypeError) as e:
