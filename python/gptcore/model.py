@@ -495,17 +495,17 @@ class Model:
         stop_ids = opts.pop("stop_tokens")
         try:
             params = SamplingParams(seed=seed, stop_token_ids=stop_ids, **opts)
-            if seeds is not None:
-                for r, s in enumerate(seeds):
-                    SamplingParams(seed=s)
             params.check_vocab(self._config.vocab_size)
         except (TypeError, ValueError) as e:
             msg = str(e)
-            if msg.startswith("stop_token_ids"):
+            if msg.startswith("stop_token_ids"):  # generate's name for the field
                 msg = "stop_tokens" + msg[len("stop_token_ids"):]
-            elif seeds is not None and msg.startswith("seed"):
-                msg = f"seed[{r}]" + msg[len("seed"):]
             raise type(e)(f"{fn}: {msg}") from None
+        for r, s in enumerate(seeds or ()):
+            try:
+                SamplingParams(seed=s)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"{fn}: seed[{r}]{str(e)[len('seed'):]}") from None
         if stop_at_eos and self.eos_token_ids:
             eos = [i for i in self.eos_token_ids if i < self._config.vocab_size]
             params = replace(params, stop_token_ids=tuple(params.stop_token_ids) + tuple(eos))
@@ -545,6 +545,8 @@ class Model:
         seq = arr[:, -n_ctx:] if learned and t > n_ctx else arr
         _check_run_alloc(self._config, self.dtype.itemsize, b, seq.shape[1], b, f"{fn} on ids of shape {arr.shape}")
         self._check_generate_memory(b, seq.shape[1], int(max_new_tokens), hold, fn)
+        if seeds is not None and len(seeds) != b:
+            raise ValueError(f"{fn}: seed: a list of seeds needs one per sequence ({b}), got {len(seeds)}")
         samplers = samplers_for_batch(params, self._config.vocab_size, arr, seeds)
         # Everything is checked now, when called; the work starts at the first next().
         return self._generation_steps(arr, seq, int(max_new_tokens), one_d, samplers, params, tokenizer,

@@ -86,11 +86,9 @@ def stream_text(
     string is not part of the text, and a tail that could be the start of one is held back
     until it is known not to be (``gptcore.stop_strings``).
     """
-    ids = encode_prompt(model, prompt, "stream_text")
-    for _, piece in TextStream(model, ids, max_new_tokens, stop_at_eos=stop_at_eos, stop=stop, fn="stream_text",
-                               **options):
-        if piece:
-            yield piece
+    ids = encode_prompt(model, prompt, "stream_text")  # checked when called, not at the first piece
+    stream = TextStream(model, ids, max_new_tokens, stop_at_eos=stop_at_eos, stop=stop, fn="stream_text", **options)
+    return (piece for _, piece in stream if piece)
 
 
 class TextStream:
