@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Fuzz gptcore.load / gptcore.load_safetensors with mutated safetensors files.
+"""Fuzz gptcore's checkpoint readers with mutated files: safetensors (gptcore.load /
+gptcore.load_safetensors, the default) or GGUF (``--target gguf``: gptcore.gguf's reader and
+gptcore.load).
 
 With atheris (``pip install atheris``), coverage-guided through libFuzzer:
 
@@ -9,11 +11,12 @@ Without it, or with ``--loop``, a plain random loop over the same mutator:
 
     PYTHONPATH=python python3 fuzz/fuzz_loader.py --loop --seconds 300
 
-Every input is loaded three ways (see loader_target.check_bytes). An exception outside
-loader_target.ALLOWED, a crash, a hang (libFuzzer's -timeout, or --timeout in the loop) or
-running out of memory (-rss_limit_mb) is a finding: atheris writes the input to
-fuzz/corpus/crashers/ (crash-*, timeout-*, oom-*), the loop writes it there as loop-<hash>.
-Add a finding to tests/test_loader_fuzz.py's regression test simply by keeping the file.
+Every input is loaded several ways (see check_bytes in loader_target.py / gguf_target.py). An
+exception outside the target's ALLOWED, a crash, a hang (libFuzzer's -timeout, or --timeout in
+the loop) or running out of memory (-rss_limit_mb) is a finding: atheris writes the input to
+the target's crasher folder (fuzz/corpus/crashers/ or fuzz/corpus/gguf-crashers/; crash-*,
+timeout-*, oom-*), the loop writes it there as loop-<hash>. Add a finding to the regression
+tests (tests/test_loader_fuzz.py, tests/test_gguf_fuzz.py) simply by keeping the file.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import hashlib
+import importlib
 import os
 import random
 import sys
@@ -31,23 +35,31 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-CRASHERS = HERE / "corpus" / "crashers"
+#: target name -> (module, folder of its findings)
+TARGETS = {
+    "safetensors": ("loader_target", HERE / "corpus" / "crashers"),
+    "gguf": ("gguf_target", HERE / "corpus" / "gguf-crashers"),
+}
+TARGET, CRASHERS = TARGETS["safetensors"]
+
+
+def _target():
+    return importlib.import_module(TARGET)
 
 
 def _write_seeds(folder: Path) -> None:
-    from loader_target import seeds
-
     folder.mkdir(parents=True, exist_ok=True)
-    for name, data in seeds().items():
+    for name, data in _target().seeds().items():
         (folder / name).write_bytes(data)
 
 
 def run_atheris(argv, skip_known: bool) -> None:
     import atheris
 
-    with atheris.instrument_imports(include=["gptcore", "loader_target"]):
+    with atheris.instrument_imports(include=["gptcore", TARGET]):
         import gptcore  # noqa: F401
-        from loader_target import Workdir, check_bytes, known_bug, mutate
+        target = _target()
+    Workdir, check_bytes, known_bug, mutate = target.Workdir, target.check_bytes, target.known_bug, target.mutate
 
     work = Workdir()
 
@@ -114,7 +126,9 @@ def run_restarting(total: float, argv) -> None:
 def run_loop(seconds: float, timeout: float, seed: int, skip_known: bool) -> int:
     """Random mutation loop: mutate a seed or a previously generated input (up to 4 edits
     deep), load it, record findings. Returns the number of findings."""
-    from loader_target import Workdir, check_bytes, known_bug, mutate, seeds
+    target = _target()
+    Workdir, check_bytes, known_bug, mutate, seeds = (target.Workdir, target.check_bytes, target.known_bug,
+                                                      target.mutate, target.seeds)
 
     rng = random.Random(seed)
     pool = list(seeds().values())
@@ -167,7 +181,10 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="loop: random seed")
     p.add_argument("--skip-known", action="store_true", help="skip inputs that hit a known, unfixed bug")
     p.add_argument("--total", type=float, default=0, help="atheris: restart after each finding until this many seconds")
+    p.add_argument("--target", choices=sorted(TARGETS), default="safetensors", help="which reader to fuzz")
     args, rest = p.parse_known_args()
+    global TARGET, CRASHERS
+    TARGET, CRASHERS = TARGETS[args.target]
     if not args.loop:
         try:
             import atheris  # noqa: F401
@@ -177,7 +194,7 @@ def main() -> None:
     if args.loop:
         sys.exit(1 if run_loop(args.seconds, args.timeout, args.seed, args.skip_known) else 0)
     if args.total:
-        run_restarting(args.total, rest + (["--skip-known"] if args.skip_known else []))
+        run_restarting(args.total, rest + (["--skip-known"] if args.skip_known else []) + [f"--target={args.target}"])
         return
     run_atheris([sys.argv[0]] + rest, args.skip_known)
 

@@ -129,3 +129,16 @@ def test_a_wordpiece_tokenizer_is_named_as_such(tmp_path):
     with pytest.raises(ValueError, match=r"not a valid tokenizer.json: it holds a BPE tokenizer that the installed "
                                          r"tokenizers library"):
         gptcore.load(folder)
+
+
+@pytest.mark.parametrize("weight_dtype", [None, "bfloat16"])
+def test_a_non_finite_weight_in_a_gguf_file_is_refused(tmp_path, weight_dtype):
+    weights, config = gptcore.load_safetensors(FOLDER)
+    weights = {k: v.copy() for k, v in weights.items()}
+    weights["h.0.attn.c_proj.weight"][3, 5] = np.inf
+    path = tmp_path / "model.gguf"
+    gptcore.Model(weights, config).save(path)  # in memory a model may hold it, to study it
+    with pytest.raises(ValueError, match=r"'h\.0\.attn\.c_proj\.weight' in .*model\.gguf.* at index \[3, 5\]"):
+        gptcore.load(path, weight_dtype=weight_dtype)
+    model = gptcore.load(path, weight_dtype=weight_dtype, allow_nonfinite=True)
+    assert model.config == config

@@ -13,8 +13,8 @@ import numpy as np
 from . import _native
 from ._checks import check_token_range, dtype_name, token_ids
 from ._memory import check_alloc
-from .config import GPTConfig
 from ._warnings import warn_at_caller
+from .config import GPTConfig
 from .generation_config import eos_token_ids
 from .hub import resolve as resolve_hub
 from .sampling import SamplingParams, samplers_for_batch
@@ -22,9 +22,9 @@ from .stop_strings import StopStringMatcher
 from .scoring import ScoreResult
 from .text import generate_text, score_text, stream_text
 from .tokenizer import Tokenizer, missing_tokenizer_message
-from .weights import infer_config, load_safetensors, save_safetensors, validate
+from .weights import gguf_checkpoint, infer_config, load_safetensors, save_safetensors, validate
 from .weights.checkpoint import open_lazy
-from .weights.formats import weight_dtype_name
+from .weights.formats import FORMATS, first_nonfinite, from_half_bits, weight_dtype_name
 
 __all__ = ["Model", "forward", "load", "softmax"]
 
@@ -146,6 +146,13 @@ class Model:
         """A model with ``weight_dtype`` weights read one tensor at a time (no float32 copy of
         the weights)."""
         small, config, fetch = open_lazy(path, weight_dtype, n_heads, allow_nonfinite)
+        return cls._from_parts(small, config, weight_dtype, fetch)
+
+    @classmethod
+    def _from_parts(cls, small: Mapping[str, np.ndarray], config: GPTConfig, weight_dtype: str,
+                    fetch: Any) -> "Model":
+        """A ``weight_dtype`` model from its float32 biases and LayerNorm parameters ``small`` and
+        ``fetch(name)``, which returns one weight matrix or embedding as its uint16 patterns."""
         m = cls.__new__(cls)
         m._config = config
         m._dtype = "float32"
@@ -607,12 +614,33 @@ class Model:
                 logits = self._native.step(cache, np.ascontiguousarray(tok[:, None]), "last")
 
     # ---------------------------------------------------------------- files
-    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
+    def save(self, path: Union[str, "os.PathLike[str]"], weight_dtype: Optional[str] = None) -> None:
         """Write the weights the model computes with (in its dtype, ``branch_scale`` applied) as
-        a Hugging Face style folder (``config.json`` + ``model.safetensors``) or a
-        ``.safetensors`` file, so that ``load`` gives back the same model."""
+        a Hugging Face style folder (``config.json`` + ``model.safetensors``), a
+        ``.safetensors`` file or, for a path ending in ``.gguf``, a GGUF file (architecture
+        ``gpt2``, with the tokenizer), so that ``load`` gives back the same model.
+
+        ``weight_dtype`` stores the weight matrices and embeddings in another format: for a
+        safetensors checkpoint ``"float32"``, ``"bfloat16"`` or ``"float16"`` (rounded to nearest
+        even); for a GGUF file also ``"q8_0"`` and ``"q4_0"`` (llama.cpp's reference
+        quantizers; which tensors, see ``gptcore.gguf.policy``). By default it is the model's
+        own format; a float64 model must name one for a GGUF file (F32 would round it).
+        """
+        if isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(".gguf"):
+            wd = weight_dtype if weight_dtype is not None else self._weight_dtype
+            if wd is None:
+                if self._dtype == "float64":
+                    raise ValueError("save: a float64 model's weights do not fit GGUF's F32 exactly; pass "
+                                     "weight_dtype='float32' (rounding them to nearest) or another format")
+                wd = "float32"
+            gguf_checkpoint.write_model(self._native.export(), self._config, path, wd, self._tokenizer)
+            return
         # In a 16-bit format, the stored values exactly: widened on export, rounded back.
-        save_safetensors(self._native.export(), self._config, path, weight_dtype=self._weight_dtype)
+        if weight_dtype is None:
+            wd = self._weight_dtype
+        else:
+            wd = None if weight_dtype == "float32" else weight_dtype_name("save: weight_dtype", weight_dtype)
+        save_safetensors(self._native.export(), self._config, path, weight_dtype=wd)
 
 
 def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: Optional[GPTConfig] = None, **options: Any):
@@ -667,9 +695,14 @@ def load(
     tables are stored 16-bit: the tensors are read one at a time and packed (BF16/F16 tensors
     of that format bit for bit, others rounded to nearest even), so no float32 copy of the
     model is made.
+
+    A GGUF file (architecture ``gpt2``; F32, F16, BF16 tensors) loads the same way, with its
+    configuration and tokenizer from its metadata (see ``gptcore.weights.gguf_checkpoint``). A
+    file with Q8_0 / Q4_0 tensors raises a ``ValueError`` until the core computes with those
+    formats, unless ``weight_dtype="float32"`` asks for the float32 model of their dequantized
+    values (``round_weights(w, "q8_0")`` of the original weights).
     """
     name = _dtype_name(dtype, "load")
-    wd = _weight_dtype(weight_dtype, name)
     if not isinstance(allow_nonfinite, bool):
         raise TypeError(f"load: allow_nonfinite must be a bool, got {allow_nonfinite!r}")
     try:
@@ -679,6 +712,9 @@ def load(
     if not isinstance(text, str):
         raise TypeError(f"load: path must be a str or os.PathLike, got {type(path).__name__}")
     p, _ = resolve_hub(text)
+    if gguf_checkpoint.is_gguf(p):
+        return _load_gguf(p, name, n_heads, tokenizer, weight_dtype, allow_nonfinite)
+    wd = _weight_dtype(weight_dtype, name)
     if wd is not None:
         model = Model._from_checkpoint_lazily(p, wd, n_heads, allow_nonfinite)
     else:
@@ -713,6 +749,71 @@ def _check_tokenizer_fits(tok: Tokenizer, vocab_size: int, model_path: Path) -> 
             f"load: the tokenizer{src} has {tok.vocab_size:,} ids (added tokens included) but the model in "
             f"{str(model_path)!r} has vocab_size = {vocab_size:,}: they do not belong together (the tokenizer "
             "would produce ids the model has no embedding for)")
+
+
+def _load_gguf(path: Any, dtype: str, n_heads: Optional[int], tokenizer: Any, weight_dtype: Any,
+               allow_nonfinite: bool = False) -> Model:
+    """``load`` of a GGUF file (``weight_dtype`` may also be ``"float32"``: dequantize)."""
+    wd = weight_dtype
+    if wd is not None:
+        if not (isinstance(wd, str) and wd == "float32"):
+            try:
+                wd = weight_dtype_name("weight_dtype", wd)
+            except (TypeError, ValueError):
+                raise ValueError(f"load: weight_dtype for a GGUF file must be None, 'float32', 'bfloat16' or "
+                                 f"'float16', got {weight_dtype!r}") from None
+        if dtype != "float32":
+            raise ValueError(f"load: weight_dtype={wd!r} needs dtype='float32', got dtype={dtype!r}")
+    with gguf_checkpoint.open_model(path, n_heads=n_heads, weight_dtype=wd) as parts:
+        if parts.fetch is not None:
+            fetch = parts.fetch if allow_nonfinite else _finite_fetch(parts.fetch, parts.weight_dtype, path)
+            if not allow_nonfinite:
+                _check_finite(parts.small, path)
+            model = Model._from_parts(parts.small, parts.config, parts.weight_dtype, fetch)
+        else:
+            if not allow_nonfinite:
+                _check_finite(parts.weights, path)
+            model = Model(parts.weights, parts.config, dtype=dtype)
+    if tokenizer is not None:
+        tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
+        _check_tokenizer_fits(tok, model.config.vocab_size, Path(path))
+        model.tokenizer = tok
+    elif parts.tokenizer is not None:
+        _check_tokenizer_fits(parts.tokenizer, model.config.vocab_size, Path(path))
+        model.tokenizer = parts.tokenizer
+    else:
+        model._tokenizer_missing = parts.tokenizer_missing
+    return model
+
+
+def _nonfinite_error(name: str, path: Any, at: Tuple[int, ...], value: float) -> ValueError:
+    return ValueError(
+        f"load: tensor {name!r} in {str(path)!r} holds {value} at index {list(at)}: a checkpoint with NaN or "
+        "infinite weights gives NaN outputs (pass allow_nonfinite=True to load it anyway, to debug it)")
+
+
+def _check_finite(weights: Mapping[str, np.ndarray], path: Any) -> None:
+    """A GGUF file's float32 tensors, checked as ``load_safetensors`` checks its own."""
+    for name, a in weights.items():
+        at = first_nonfinite(a, "F64" if a.dtype == np.float64 else "F32")
+        if at is not None:
+            raise _nonfinite_error(name, path, at, float(a[at]))
+
+
+def _finite_fetch(fetch: Any, weight_dtype: str, path: Any) -> Any:
+    """``fetch`` whose 16-bit patterns are checked as they are read."""
+    code = FORMATS[weight_dtype].safetensors
+
+    def checked(name: str) -> Optional[np.ndarray]:
+        bits = fetch(name)
+        if bits is not None:
+            at = first_nonfinite(bits, code)
+            if at is not None:
+                value = float(from_half_bits(np.array([bits[at]], dtype=np.uint16), weight_dtype)[0])
+                raise _nonfinite_error(name, path, at, value)
+        return bits
+
+    return checked
 
 
 def softmax(x: Any, axis: int = -1) -> np.ndarray:

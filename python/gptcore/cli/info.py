@@ -1,6 +1,7 @@
-"""``gptcore info MODEL``: the accounting of a preset, a model folder or a safetensors file
-(parameters by component, FLOPs per token, the attention share, the logits memory, the
-Chinchilla budget)."""
+"""``gptcore info MODEL``: the accounting of a preset, a model folder, a safetensors file or a
+GGUF file (parameters by component, FLOPs per token, the attention share, the logits memory,
+the Chinchilla budget); for a GGUF file also its metadata and each tensor's type, shape and
+bytes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..config import PRESETS, GPTConfig
 from ..hub import resolve as resolve_hub
 from ..lessons import lesson14_counting
 from ..tokenizer import Tokenizer
-from ..weights import infer_config, load_safetensors
+from ..weights import gguf_checkpoint, infer_config, load_safetensors
 from ._common import Fail, file_error, fmt_int, fmt_size, positive, table
 
 __all__ = ["add_parser", "run"]
@@ -22,7 +23,8 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub) -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="parameters, FLOPs and memory of a preset model")
     info.add_argument("model", type=_model_arg, metavar="MODEL",
-                      help="a preset (any case: " + ", ".join(sorted(PRESETS)) + "), a model folder or a .safetensors file")
+                      help="a preset (any case: " + ", ".join(sorted(PRESETS)) + "), a model folder, a .safetensors "
+                           "file or a .gguf file")
     info.add_argument("--T", type=positive, default=None, help="context length for FLOPs and logits (default: n_ctx)")
     info.add_argument("--batch", type=positive, default=1, help="batch size for the logits memory (default 1)")
     info.add_argument("--bytes", type=positive, default=4, help="bytes per logit (default 4, float32)")
@@ -88,8 +90,8 @@ def _model_arg(text: str) -> str:
     if repo is not None:
         return str(folder)
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {text!r} is neither a preset ({', '.join(sorted(PRESETS))}), an existing model folder "
-        "or .safetensors file, nor a model in the Hugging Face cache")
+        f"invalid choice: {text!r} is neither a preset ({', '.join(sorted(PRESETS))}), an existing model folder, "
+        ".safetensors file or .gguf file, nor a model in the Hugging Face cache")
 
 
 def _describe(cfg: GPTConfig) -> str:
@@ -120,6 +122,8 @@ def _info_config(model: str) -> Tuple[GPTConfig, List[str]]:
     if model.lower() in PRESETS:
         return GPTConfig.preset(model.lower()), []
     p = Path(model)
+    if gguf_checkpoint.is_gguf(p):
+        return _gguf_config(p)
     try:
         weights, cfg = load_safetensors(p, allow_nonfinite=True)  # described, not run
     except FileNotFoundError as e:
@@ -136,4 +140,23 @@ def _info_config(model: str) -> Tuple[GPTConfig, List[str]]:
             lines.append(f"  tokenizer: {tok.vocab_size:,} ids")
         except (FileNotFoundError, ValueError) as e:
             lines.append(f"  tokenizer: none ({str(e).split(': ', 1)[-1]})")
+    return cfg, lines
+
+
+def _gguf_config(p: Path) -> Tuple[GPTConfig, List[str]]:
+    """A GGUF file's configuration and its description (metadata, tensors). A file that is no
+    gpt2 model still has its description printed before the error."""
+    from ..gguf import GGUFReader
+
+    try:
+        first, *rest = gguf_checkpoint.describe(p).splitlines()
+        lines = ["  " + first.split(": ", 1)[-1]] + rest
+        with GGUFReader(p) as reader:
+            cfg = gguf_checkpoint.config_from_metadata(reader)
+    except FileNotFoundError as e:
+        raise Fail(file_error(e)) from None
+    except ValueError as e:
+        if "lines" in locals():
+            print("\n".join([f"{p}:"] + lines))
+        raise Fail(str(e)) from None
     return cfg, lines

@@ -18,7 +18,12 @@ the format) or ``uint16`` (the raw bit patterns):
   bit patterns (widening is exact).
 
 Checkpoints in these formats are read and written by ``gptcore.weights.checkpoint`` through
-the one safetensors reader and writer, ``gptcore.weights.safetensors_file``.
+the one safetensors reader and writer, ``gptcore.weights.safetensors_file``, and in GGUF files
+by ``gptcore.weights.gguf_checkpoint``.
+
+ggml's block formats ``q8_0`` and ``q4_0`` (32 values and one float16 scale a block; see
+``gptcore.gguf.quants``) are ``round_weights`` targets and GGUF tensor types; the core does not
+compute with them yet, so they are not ``WEIGHT_DTYPES``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 
 from .. import _native
+from ..gguf.policy import round_model_weights
+from ..gguf.quants import QUANT_FORMATS, dequantize, quant_format, quantize
 from .schema import normalize_names
 
 __all__ = [
@@ -129,16 +136,29 @@ def from_half_bits(bits: Any, dtype: Any = "bfloat16") -> np.ndarray:
 
 
 def round_weights(x: Any, dtype: Any = "bfloat16") -> Any:
-    """``x`` rounded to ``dtype`` (``"bfloat16"`` or ``"float16"``) and returned as float32.
+    """``x`` rounded to ``dtype`` and returned as float32: ``"bfloat16"`` or ``"float16"``, or
+    ggml's block formats ``"q8_0"`` and ``"q4_0"`` (quantized with llama.cpp's reference rounding
+    and dequantized; see ``gptcore.gguf.quants``).
 
-    ``x`` is an array (converted to float32 first) or a mapping of arrays (every array rounded:
-    pass a model's weights to get the float32 model that the 16-bit model equals; biases and
-    LayerNorm parameters, which a 16-bit model keeps in float32, are then left as they are).
+    ``x`` is an array (converted to float32 first; for the block formats, blocks of 32 run along
+    its last axis, which must be a multiple of 32) or a mapping of arrays: pass a model's weights
+    to get the float32 model that a model stored in ``dtype`` equals. For the 16-bit formats
+    every array is rounded but the biases and LayerNorm parameters (kept in float32). For the
+    block formats the rule is llama.cpp's (``gptcore.gguf.policy``): the weight matrices, the
+    token embedding and the head are quantized along their reduction dimension K (a matrix whose
+    K is not a multiple of 32 stays float32), the rest is left as it is.
 
     Examples:
         >>> round_weights(np.array([1 + 2**-12, 1 + 2**-10, 65519.0, 65520.0], np.float32), "float16").tolist()
         [1.0, 1.0009765625, 65504.0, inf]
+        >>> round_weights(np.array([0.1] * 31 + [1.0], np.float32), "q8_0")[[0, -1]].tolist()
+        [0.10235595703125, 0.99993896484375]
     """
+    if isinstance(dtype, str) and dtype.lower() in QUANT_FORMATS:
+        fmt = quant_format("round_weights: dtype", dtype)
+        if isinstance(x, Mapping):
+            return round_model_weights(normalize_names(x), fmt)
+        return dequantize(quantize(x, fmt), fmt)
     name = weight_dtype_name("round_weights: dtype", dtype)
     if isinstance(x, Mapping):
         out = {}

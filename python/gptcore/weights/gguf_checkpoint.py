@@ -1,0 +1,371 @@
+"""GGUF files as gptcore weights: the ``gpt2`` architecture's configuration, tensors and tokenizer.
+
+``gptcore.load`` and ``Model.save`` read and write ``.gguf`` files through this module; the file
+format itself (reader, writer, names, block formats, tokenizer metadata) is ``gptcore.gguf``.
+
+Reading (``open_model``): the configuration comes from the metadata (``gpt2.context_length``,
+``.embedding_length``, ``.feed_forward_length``, ``.block_count``, ``.attention.head_count``,
+``.attention.layer_norm_epsilon``; the vocabulary size from ``token_embd.weight``), the
+tokenizer from ``tokenizer.ggml.*`` (see ``gptcore.gguf.tokenizer``), the weights from the
+tensors (names and layouts from ``gptcore.gguf.names.GPT2``). The head is tied when the file
+has no ``output.weight`` or one whose bytes equal ``token_embd.weight``'s (llama.cpp's converter
+writes GPT-2's tied head out as a copy). F32, F16 and BF16 tensors are used as they are: for a
+float32 / float64 model (16-bit values widen exactly), or with ``weight_dtype="bfloat16"`` /
+``"float16"`` for a 16-bit model, one tensor at a time without a float32 copy of the model.
+Q8_0 and Q4_0 tensors are refused with a ``ValueError`` until the core computes with them,
+unless ``weight_dtype="float32"`` asks for the float32 model of their dequantized values.
+
+The layer-norm epsilon is stored as float32; it is read back as the shortest decimal that
+rounds to that float32 (``1e-05`` for GPT-2's ``1e-5``), which is the value a configuration
+written as a decimal started from.
+
+Writing (``write_model``): every tensor in the type ``gptcore.gguf.policy`` gives it (for
+``weight_dtype`` ``"float32"``, ``"bfloat16"``, ``"float16"``, ``"q8_0"``, ``"q4_0"``), the
+configuration keys above, ``general.file_type`` and the tokenizer. llama.cpp's ``gpt2``
+architecture needs every bias and LayerNorm parameter and a learned position table: a model
+without biases (``bias=False``) or LayerNorm parameters (``ln_affine=False``) is written with
+zero biases and unit / zero LayerNorm parameters, which compute the same values (adding 0 and
+multiplying by 1 are exact), and is read back as a model with them; sinusoidal positions are
+refused. A tied head is written once (``token_embd.weight``; llama.cpp uses it as the head).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from ..config import GPTConfig
+from ..gguf.format import FILE_TYPES, READABLE_TYPES, Value, ValueType
+from ..gguf.names import GPT2, from_gguf_layout, to_gguf_layout
+from ..gguf.policy import GGUF_TYPES, WEIGHT_DTYPES, storage_type
+from ..gguf.quants import quantize
+from ..gguf.reader import GGUFReader
+from ..gguf.tokenizer import tokenizer_from_metadata, tokenizer_metadata
+from ..gguf.writer import WriterTensor, write_gguf
+from . import schema, validation
+from .formats import FLOAT32_KINDS, to_half_bits
+from .formats import WEIGHT_DTYPES as HALF_DTYPES
+
+__all__ = ["ModelParts", "config_from_metadata", "config_metadata", "read_weights", "open_model", "write_model",
+           "is_gguf", "describe"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: The architectures whose tables exist but whose models gptcore does not compute yet.
+_PENDING = {"llama": "the Llama family", "qwen2": "the Llama family (Qwen2)"}
+_QUANTIZED = ("Q8_0", "Q4_0")
+_GPT2_KEYS = ("context_length", "embedding_length", "feed_forward_length", "block_count", "attention.head_count")
+
+
+def is_gguf(path: PathLike) -> bool:
+    """Whether ``path`` names a GGUF file: its name ends in ``.gguf`` (whether or not it exists,
+    so that the GGUF reader reports what is wrong with it), or it is a file that starts with
+    GGUF's magic."""
+    try:
+        p = Path(os.fspath(path))
+    except TypeError:
+        return False  # the loader that handles other paths says what is wrong with this one
+    if p.suffix.lower() == ".gguf":
+        return True
+    try:
+        if p.is_file():
+            with open(p, "rb") as fh:
+                return fh.read(4) == b"GGUF"
+    except OSError:
+        pass
+    return False
+
+
+def _shortest_float32(x: float) -> float:
+    """The shortest decimal that rounds to the float32 ``x``, as a Python float."""
+    return float(np.format_float_positional(np.float32(x), unique=True, trim="-")) if np.isfinite(x) else x
+
+
+def _where(reader: GGUFReader) -> str:
+    return repr(str(reader.path))
+
+
+def config_from_metadata(reader: GGUFReader, n_heads: Optional[int] = None) -> GPTConfig:
+    """The ``GPTConfig`` of a ``gpt2`` GGUF file (see the module documentation); ``ValueError``
+    naming the file and the key for anything missing or wrong, or the architecture when it is
+    not ``gpt2``."""
+    meta, where = reader.metadata, _where(reader)
+    arch = meta.get("general.architecture")
+    if arch != "gpt2":
+        if arch in _PENDING:
+            raise ValueError(f"{where} holds a {arch!r} model; gptcore reads {arch!r} GGUF files once it computes "
+                             f"{_PENDING[arch]} (its tensor names are ready in gptcore.gguf.names)")
+        if arch is None:
+            raise ValueError(f"{where} has no 'general.architecture'; gptcore reads 'gpt2' GGUF files")
+        raise ValueError(f"{where} holds a {arch!r} model; gptcore reads 'gpt2' GGUF files")
+
+    def integer(key: str) -> int:
+        full = f"gpt2.{key}"
+        f = reader.fields.get(full)
+        if f is None:
+            raise ValueError(f"{where} has no {full!r}")
+        if f.type not in (ValueType.UINT8, ValueType.UINT16, ValueType.UINT32, ValueType.UINT64,
+                          ValueType.INT8, ValueType.INT16, ValueType.INT32, ValueType.INT64):
+            raise ValueError(f"{where}: {full!r} must be an integer, got {f.type_name}")
+        return int(f.value)
+
+    vals = {k: integer(k) for k in _GPT2_KEYS}
+    eps_field = reader.fields.get("gpt2.attention.layer_norm_epsilon")
+    if eps_field is None:
+        raise ValueError(f"{where} has no 'gpt2.attention.layer_norm_epsilon'")
+    if eps_field.type not in (ValueType.FLOAT32, ValueType.FLOAT64):
+        raise ValueError(f"{where}: 'gpt2.attention.layer_norm_epsilon' must be a float, got {eps_field.type_name}")
+    eps = eps_field.value if eps_field.type == ValueType.FLOAT64 else _shortest_float32(eps_field.value)
+    kv = reader.fields.get("gpt2.attention.head_count_kv")
+    if kv is not None and kv.value != vals["attention.head_count"]:
+        raise ValueError(f"{where}: 'gpt2.attention.head_count_kv' = {kv.value!r} differs from the head count "
+                         f"{vals['attention.head_count']}; GPT-2 has no grouped-query attention")
+    if n_heads is not None and n_heads != vals["attention.head_count"]:
+        raise ValueError(f"load: n_heads={n_heads} disagrees with 'gpt2.attention.head_count' = "
+                         f"{vals['attention.head_count']} in {where}")
+    emb = reader.tensors.get("token_embd.weight")
+    if emb is None or len(emb.shape) != 2:
+        raise ValueError(f"{where} has no two-dimensional 'token_embd.weight' (the token embedding)")
+    try:
+        return GPTConfig(
+            vocab_size=emb.shape[0], n_ctx=vals["context_length"], d_model=vals["embedding_length"],
+            n_heads=vals["attention.head_count"], n_layers=vals["block_count"], d_ff=vals["feed_forward_length"],
+            pos="learned", tied=_tied(reader), bias=True, ln_affine=True, ln_eps=eps)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where} does not give a valid configuration: {e}") from None
+
+
+def _tied(reader: GGUFReader) -> bool:
+    out, emb = reader.tensors.get("output.weight"), reader.tensors["token_embd.weight"]
+    if out is None:
+        return True
+    return (out.type == emb.type and out.ne == emb.ne
+            and np.array_equal(reader.raw("output.weight"), reader.raw("token_embd.weight")))
+
+
+def config_metadata(config: GPTConfig) -> Dict[str, Value]:
+    """The ``gpt2.*`` keys of ``config`` (learned positions only)."""
+    if config.pos != "learned":
+        raise ValueError(f"GGUF's 'gpt2' architecture has learned positions; this model's are {config.pos!r}")
+    u32 = lambda x: Value(ValueType.UINT32, int(x))  # noqa: E731
+    return {
+        "gpt2.vocab_size": u32(config.vocab_size),
+        "gpt2.context_length": u32(config.n_ctx),
+        "gpt2.embedding_length": u32(config.d_model),
+        "gpt2.feed_forward_length": u32(config.d_ff),
+        "gpt2.block_count": u32(config.n_layers),
+        "gpt2.attention.head_count": u32(config.n_heads),
+        "gpt2.attention.layer_norm_epsilon": Value(ValueType.FLOAT32, config.ln_eps),
+    }
+
+
+def _model_tensors(reader: GGUFReader, config: GPTConfig) -> Dict[str, Tuple[str, str]]:
+    """gptcore name -> (GGUF name, layout) for every tensor of the file; ``ValueError`` for a
+    name the gpt2 table does not know or a type gptcore cannot read."""
+    where = _where(reader)
+    out: Dict[str, Tuple[str, str]] = {}
+    for gname, info in reader.tensors.items():
+        hit = GPT2.from_gguf(gname)
+        if hit is None:
+            raise ValueError(f"{where}: unexpected tensor {gname!r} for the 'gpt2' architecture")
+        if info.type not in READABLE_TYPES:
+            raise ValueError(f"{where}: tensor {gname!r} has type {info.type}; gptcore reads "
+                             f"{', '.join(READABLE_TYPES[:-1])} and {READABLE_TYPES[-1]} tensors")
+        if gname == "output.weight" and config.tied:
+            continue  # the copy of token_embd.weight
+        out[hit[0]] = (gname, hit[1])
+    return out
+
+
+def _source_shape(gguf_shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:
+    return tuple(reversed(gguf_shape)) if layout == "transposed" else tuple(gguf_shape)
+
+
+def _refuse_quantized(reader: GGUFReader, tensors: Mapping[str, Tuple[str, str]]) -> None:
+    for gname, _ in tensors.values():
+        t = reader.tensors[gname]
+        if t.type in _QUANTIZED:
+            raise ValueError(
+                f"{_where(reader)} holds {t.type} tensors (such as {gname!r}); gptcore cannot compute with {t.type} "
+                "weights yet. load(path, weight_dtype='float32') gives the float32 model of their dequantized values")
+
+
+def read_weights(reader: GGUFReader, config: GPTConfig, dequantize: bool = False) -> Dict[str, np.ndarray]:
+    """gptcore's weights from a gpt2 file: F32 tensors as read-only views of the file (in
+    gptcore's orientation: transposed views of the ``Conv1D`` matrices), F16 / BF16 widened to
+    float32, Q8_0 / Q4_0 dequantized when ``dequantize`` is true, else refused."""
+    tensors = _model_tensors(reader, config)
+    if not dequantize:
+        _refuse_quantized(reader, tensors)
+    out: Dict[str, np.ndarray] = {}
+    for name, (gname, layout) in tensors.items():
+        t = reader.tensors[gname]
+        a = reader.tensor(gname) if t.type == "F32" else reader.to_float32(gname)
+        out[name] = from_gguf_layout(a, layout)
+    return out
+
+
+@dataclass
+class ModelParts:
+    """What a ``gpt2`` GGUF file gives a model: its ``config``; either ``weights`` (gptcore's
+    names, float32 values in gptcore's orientation: read-only views of the file for F32
+    tensors) or, for a 16-bit model, ``small`` (the float32 biases and LayerNorm parameters) and
+    ``fetch`` (name -> the ``uint16`` patterns of one weight matrix or embedding, read when
+    called); and its ``tokenizer``, or ``tokenizer_missing`` saying why there is none."""
+
+    config: GPTConfig
+    weight_dtype: Optional[str]
+    weights: Optional[Dict[str, np.ndarray]] = None
+    small: Optional[Dict[str, np.ndarray]] = None
+    fetch: Optional[Callable[[str], Optional[np.ndarray]]] = None
+    tokenizer: Any = None
+    tokenizer_missing: Optional[str] = None
+
+
+@contextmanager
+def open_model(path: PathLike, *, n_heads: Optional[int] = None, weight_dtype: Any = None) -> Iterator[ModelParts]:
+    """The ``ModelParts`` of a ``gpt2`` GGUF file, valid inside the ``with`` block (views and
+    ``fetch`` read the file's mapping). ``weight_dtype``: None or ``"float32"`` (``weights``;
+    ``"float32"`` also dequantizes Q8_0 / Q4_0 tensors, which None refuses), ``"bfloat16"`` /
+    ``"float16"`` (``small`` and ``fetch``; BF16 / F16 tensors of that format as stored, others
+    rounded to nearest even). Every name, shape and type is checked before anything is read."""
+    wd = weight_dtype
+    if wd is not None and (not isinstance(wd, str) or wd not in ("float32",) + HALF_DTYPES):
+        raise ValueError(f"load: weight_dtype for a GGUF file must be None, 'float32', 'bfloat16' or 'float16', "
+                         f"got {weight_dtype!r}")
+    with GGUFReader(path) as reader:
+        where = _where(reader)
+        config = config_from_metadata(reader, n_heads)
+        tensors = _model_tensors(reader, config)
+        if wd != "float32":
+            _refuse_quantized(reader, tensors)
+        # shape-only stand-ins (no memory) let the usual checks run on names and shapes
+        stand_ins = {k: np.broadcast_to(np.float32(0), _source_shape(reader.tensors[g].shape, layout))
+                     for k, (g, layout) in tensors.items()}
+        try:
+            validation.validate(stand_ins, config)
+        except ValueError as e:
+            raise ValueError(f"load: the configuration in {where} disagrees with its tensors: {e}") from None
+        parts = ModelParts(config, wd)
+        if wd in HALF_DTYPES:
+            kinds = {n: kind for n, _, kind in schema._tensor_kinds(config)}
+            parts.small = {k: np.ascontiguousarray(reader.to_float32(g)) for k, (g, _) in tensors.items()
+                           if kinds[k] in FLOAT32_KINDS}
+            code = {"bfloat16": "BF16", "float16": "F16"}[wd]
+
+            def fetch(n: str) -> Optional[np.ndarray]:
+                hit = tensors.get(n)
+                if hit is None or kinds[n] in FLOAT32_KINDS:
+                    return None
+                gname, layout = hit
+                if reader.tensors[gname].type == code:
+                    bits = reader.tensor(gname).view(np.uint16)
+                else:
+                    bits = to_half_bits(reader.to_float32(gname), wd)
+                return np.ascontiguousarray(from_gguf_layout(bits, layout))
+
+            parts.fetch = fetch
+        else:
+            parts.weights = read_weights(reader, config, dequantize=wd == "float32")
+        try:
+            parts.tokenizer = tokenizer_from_metadata(reader.metadata, where)
+        except ValueError as e:  # ids still work; text calls say why there is no tokenizer
+            parts.tokenizer_missing = str(e)
+        else:
+            if parts.tokenizer is None:
+                parts.tokenizer_missing = f"{where} has no tokenizer (no 'tokenizer.ggml.*' metadata)"
+            elif parts.tokenizer.vocab_size > config.vocab_size:
+                parts.tokenizer_missing = (f"the tokenizer in {where} has {parts.tokenizer.vocab_size} ids, more than "
+                                           f"the model's vocab_size = {config.vocab_size}")
+                parts.tokenizer = None
+        yield parts
+
+
+def _filled(weights: Mapping[str, np.ndarray], config: GPTConfig) -> Dict[str, np.ndarray]:
+    """The weights with the zero biases and unit / zero LayerNorm parameters that llama.cpp's
+    gpt2 architecture requires, where ``config`` has none."""
+    full = config.replace(bias=True, attn_bias=True, ln_affine=True)
+    out = dict(weights)
+    for name, shape, kind in schema._tensor_kinds(full):
+        if name not in out:
+            out[name] = np.ones(shape, np.float32) if kind == "ln_weight" else np.zeros(shape, np.float32)
+    return out
+
+
+def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: PathLike, weight_dtype: str = "float32",
+                tokenizer: Any = None, metadata: Optional[Mapping[str, Any]] = None) -> Path:
+    """Write gptcore ``weights`` (checked against ``config``) as a ``gpt2`` GGUF file whose
+    eligible tensors are ``weight_dtype`` (see ``gptcore.gguf.policy``), with ``tokenizer``'s
+    metadata (or ``tokenizer.ggml.model = "none"``) and any extra ``metadata``. Tensors are
+    converted one at a time while the file is written."""
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"save: weight_dtype for a GGUF file must be one of {', '.join(WEIGHT_DTYPES)}, "
+                         f"got {weight_dtype!r}")
+    meta: Dict[str, Any] = {"general.architecture": Value(ValueType.STRING, "gpt2")}
+    meta.update(config_metadata(config))
+    target = GGUF_TYPES[weight_dtype]
+    meta["general.file_type"] = Value(ValueType.UINT32, FILE_TYPES[target])
+    meta["general.quantization_version"] = Value(ValueType.UINT32, 2)
+    if tokenizer is not None:
+        meta.update(tokenizer_metadata(tokenizer, config.vocab_size))
+    else:
+        meta["tokenizer.ggml.model"] = Value(ValueType.STRING, "none")
+    meta.update(metadata or {})
+
+    w = _filled(validation.validate(weights, config), config)
+    full = config.replace(bias=True, attn_bias=True, ln_affine=True)
+    tensors: List[WriterTensor] = []
+    for name, _, _ in schema._tensor_kinds(full):
+        hit = GPT2.to_gguf(name)
+        assert hit is not None, name
+        gname, layout = hit
+        src = w[name]
+        shape = _source_shape(src.shape, layout)  # transposing is its own inverse
+        ttype = storage_type(gname, shape, weight_dtype)
+
+        def data(src: np.ndarray = src, layout: str = layout, ttype: str = ttype) -> np.ndarray:
+            g = np.asarray(to_gguf_layout(np.asarray(src, dtype=np.float32), layout))
+            if ttype == "F32":
+                return np.ascontiguousarray(g)
+            if ttype == "BF16":
+                return to_half_bits(g, "bfloat16")
+            if ttype == "F16":
+                return to_half_bits(g, "float16").view(np.float16)
+            return quantize(g, ttype.lower())
+
+        tensors.append(WriterTensor(gname, ttype, shape, data))
+    return write_gguf(path, meta, tensors)
+
+
+def describe(path: PathLike) -> str:
+    """A summary of a GGUF file: version, architecture, configuration keys, tokenizer, and each
+    tensor's type, shape and bytes, with the totals per type."""
+    with GGUFReader(path) as r:
+        meta = r.metadata
+        arch = meta.get("general.architecture", "?")
+        lines = [f"{r.path}: GGUF version {r.version}, architecture {arch!r}, {len(r.tensors)} tensors, "
+                 f"{r.size:,} bytes"]
+        for k, v in r.fields.items():
+            if k.startswith(f"{arch}.") or k in ("general.file_type", "general.alignment", "general.name"):
+                shown = _shortest_float32(v.value) if v.type == ValueType.FLOAT32 else v.value
+                lines.append(f"  {k} = {shown!r}")
+        tok = meta.get("tokenizer.ggml.model")
+        if tok is not None:
+            n = len(meta.get("tokenizer.ggml.tokens", []))
+            lines.append(f"  tokenizer: {tok!r} (pre {meta.get('tokenizer.ggml.pre', '-')!r}), {n} tokens, "
+                         f"{len(meta.get('tokenizer.ggml.merges', []))} merges")
+        totals: Dict[str, Tuple[int, int]] = {}
+        width = max([len(n) for n in r.tensors] + [4])
+        for name, t in r.tensors.items():
+            lines.append(f"  {name:<{width}}  {t.type:<5} {str(list(t.shape)):<16} {t.nbytes:>14,} bytes")
+            c, b = totals.get(t.type, (0, 0))
+            totals[t.type] = (c + 1, b + t.nbytes)
+        for ty, (c, b) in sorted(totals.items()):
+            lines.append(f"  {ty}: {c} tensors, {b:,} bytes")
+        lines.append(f"  total: {sum(b for _, b in totals.values()):,} bytes of tensor data")
+    return "\n".join(lines)
