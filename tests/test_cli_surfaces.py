@@ -141,6 +141,16 @@ def test_perplexity_prints_the_good_files_and_names_the_bad(tmp_path, model):
     assert f"'{one}' has 1 token(s): nothing to score" in errors[0]
     assert f"'{tmp_path / 'absent.txt'}' no such file" in errors[1]
     assert f"'{latin}' is not UTF-8 text (byte 0xe9 at offset 3)" in errors[2]
+    rc, out, err = cli("perplexity", FOLDER, one, "--json")
+
+    def no_nan(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    result = json.loads(out, parse_constant=no_nan)
+    assert rc == 1 and result["files"] == [] and result["total"] == {"tokens": 0, "nll": None, "mean": None,
+                                                                     "perplexity": None}
+    assert result["errors"] == [{"file": str(one), "error": "has 1 token(s): nothing to score (the first token is "
+                                                            "never scored)"}]
 
 
 def test_empty_documents_are_errors_in_both_commands(tmp_path):

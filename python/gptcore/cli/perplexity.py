@@ -132,16 +132,20 @@ def run(args: argparse.Namespace) -> int:
     mean_all = nll_all / n_all if n_all else math.nan
     ppl_all = math.exp(mean_all) if n_all and mean_all < 700 else (math.inf if n_all else math.nan)
     longest = max((n for _, _, n in results), default=0)
-    if args.json:
+    if args.json:  # strict JSON: null where there is no number (nothing scored)
+        def num(x: float) -> Any:
+            return x if math.isfinite(x) else (None if math.isnan(x) else str(x))
+
         print(json.dumps({
             "context": context, "stride": stride,
-            "files": [{"file": name, "tokens": r.tokens, "nll": r.nll, "mean": r.mean, "perplexity": r.perplexity}
-                      for name, r, _ in results],
-            "total": {"tokens": n_all, "nll": nll_all, "mean": mean_all, "perplexity": ppl_all},
+            "files": [{"file": name, "tokens": r.tokens, "nll": num(r.nll), "mean": num(r.mean),
+                       "perplexity": num(r.perplexity)} for name, r, _ in results],
+            "total": {"tokens": n_all, "nll": num(nll_all) if n_all else None, "mean": num(mean_all),
+                      "perplexity": num(ppl_all)},
             "errors": [{"file": name, "error": why} for name, why in errors],
             "timings": {"encode_s": t_encode, "score_s": t_score}, "batch": args.batch,
             "threads": get_num_threads(),
-        }, allow_nan=True))
+        }, allow_nan=False))
     elif results:
         if longest > context:
             print(f"windows of {context:,} tokens every {stride:,}: in each file, token i of the first {context:,} "
