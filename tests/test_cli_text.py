@@ -107,15 +107,17 @@ def test_generate_errors(tmp_path):
     for name in ("config.json", "model.safetensors"):
         shutil.copy(FOLDER / name, tmp_path / name)
     assert_one_line_error(gptcore_cli("generate", tmp_path, "Hi"), 1, "tokenizer.json", "vocab.json", "merges.txt")
-    assert_one_line_error(gptcore_cli("generate", FOLDER, ""), 2, "prompt is empty")
+    assert_one_line_error(gptcore_cli("generate", FOLDER, ""), 2, "PROMPT is empty")
     assert_one_line_error(gptcore_cli("generate", FOLDER, "Hi", "--context-shift", "129"), 2, "n_ctx = 128")
     assert_one_line_error(gptcore_cli("generate", tmp_path, "Hi", "--tokenizer", tmp_path / "x"), 1, "no such tokenizer")
     (tmp_path / "model.safetensors").write_bytes(b"not safetensors at all")
     assert_one_line_error(gptcore_cli("generate", tmp_path, "Hi"), 1, "model.safetensors")
     ok = gptcore_cli("generate", FOLDER, "Hi", "--tokenizer", FOLDER, "--max-new-tokens", "2")
     assert ok.returncode == 0
-    for bad in (["--top-p", "0"], ["--top-p", "1.5"], ["--temperature", "-1"], ["--max-new-tokens", "0"],
-                ["--seed", "-3"], ["--threads", "x"], ["--bogus"]):
+    for bad in (["--top-p", "0"], ["--top-p", "1.5"], ["--temperature", "-1"], ["--max-new-tokens", "-1"],
+                ["--seed", "-3"], ["--threads", "x"], ["--bogus"], ["--min-p", "1.5"], ["--repetition-penalty", "0"],
+                ["--frequency-penalty", "3"], ["--presence-penalty", "-2.5"], ["--logit-bias", "5"],
+                ["--logit-bias", "5=101"], ["--stop", ""], ["--stop-token", "-1"], ["--weight-dtype", "int8"]):
         p = gptcore_cli("generate", FOLDER, "Hi", *bad)
         assert p.returncode == 2 and "usage:" in text_of(p)[1] and "Traceback" not in text_of(p)[1], bad
 

@@ -249,3 +249,27 @@ def test_console_session_output(where, command, shown):
     assert result.returncode == 0, f"{where}: {command!r} failed:\n{result.stderr}"
     printed = [row.rstrip() for row in result.stdout.rstrip("\n").splitlines()]
     assert printed == [row.rstrip() for row in shown], f"{where}: the page shows a different output for {command!r}"
+
+
+# ------------------------------------------------------------------------------------------
+# The README's examples run as written, from a clone's root, on the fixture folder it ships.
+
+README = DOCS.parent / "README.md"
+
+
+def test_readme_examples_run_on_the_shipped_fixture():
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+    assert blocks and any("tests/fixtures/tiny-bpe" in b for b in blocks)
+    for block in blocks:
+        result = subprocess.run([sys.executable, "-c", block], cwd=DOCS.parent, capture_output=True, text=True,
+                                timeout=600)
+        assert result.returncode == 0, f"README block failed:\n{block}\n{result.stderr}"
+    commands = re.findall(r"`(gptcore (?:generate|perplexity) tests/fixtures/[^`]*)`", text)
+    assert len(commands) >= 2, commands
+    for command in commands:
+        argv = shlex.split(command)
+        result = subprocess.run([sys.executable, "-m", "gptcore", *argv[1:], "--max-new-tokens", "5"]
+                                if argv[1] == "generate" else [sys.executable, "-m", "gptcore", *argv[1:]],
+                                cwd=DOCS.parent, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, f"README: {command!r} failed:\n{result.stderr}"

@@ -70,8 +70,9 @@ def test_chat_without_a_template_or_tokenizer_is_a_one_line_error(tmp_path):
     assert rc == 2 and "the message is empty" in err
 
 
-def test_perplexity_and_score_agree_with_the_api(tmp_path, capsys):
-    folder = FIXTURES / "smollm2-tiny"
+@pytest.mark.parametrize("name", ["smollm2-tiny", "llama-tiny"])  # without and with a BOS in front
+def test_perplexity_and_score_agree_with_the_api(name, tmp_path, capsys):
+    folder = FIXTURES / name
     m = gptcore.load(folder)
     text_file = tmp_path / "doc.txt"
     text_file.write_text(TEXT[:1500], encoding="utf-8")

@@ -47,12 +47,13 @@ from .weights import (
 __version__ = "0.1.0"
 
 # GPTCORE_KERNEL and GPTCORE_NUM_THREADS: a value the core would silently ignore is warned
-# about once, here (see gptcore/_env.py).
+# about once, here (see gptcore/_env.py); the gptcore command reports it after reading its
+# options instead (--threads makes GPTCORE_NUM_THREADS irrelevant).
 import os as _os
 
 from . import _env, _native, lessons
 
-_env.check(_os.environ, _native)
+_env.check(_os.environ, _native, defer=_env.running_as_command())
 del _os
 
 __all__ = [

@@ -10,12 +10,18 @@ variable, the value and what is used instead. An empty value counts as unset.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import warnings
 from typing import Callable, List, Mapping, Optional, Sequence
 
+#: Messages held back when the process is the ``gptcore`` command, which reports them after
+#: reading its options (a variable that an option overrides is not worth a warning).
+PENDING: List[str] = []
+
 MAX_THREADS = 1024  # the Rust core's cap (threads::MAX_THREADS); set_num_threads checks the same
-_WHOLE = re.compile(r"\+?[0-9]+")  # what the Rust core parses as a thread count
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # a whole number; the Rust core uses one >= 1
 
 
 def kernel_problem(value: str, available: Sequence[str], probe: Callable[[str], Optional[str]]) -> Optional[str]:
@@ -36,7 +42,7 @@ def threads_problem(value: str, default: int) -> Optional[str]:
     text = value.strip()
     if not text:
         return None
-    if not _WHOLE.fullmatch(text):
+    if not _INTEGER.fullmatch(text):
         return f"GPTCORE_NUM_THREADS={value!r} is not a whole number; using {default} threads (the cores available)"
     n = int(text)
     if n < 1:
@@ -75,6 +81,28 @@ def problems(environ: Mapping[str, str], native) -> List[str]:
     return found
 
 
-def check(environ: Mapping[str, str], native) -> None:
+def running_as_command() -> bool:
+    """Whether this process is the ``gptcore`` command: its console script, or
+    ``python -m gptcore`` / ``python -m gptcore.cli``."""
+    if sys.argv and os.path.basename(sys.argv[0]) in ("gptcore", "gptcore.exe"):
+        return True
+    orig = list(getattr(sys, "orig_argv", ()) or ())
+    return "-m" in orig[:-1] and orig[orig.index("-m") + 1] in ("gptcore", "gptcore.cli")
+
+
+def check(environ: Mapping[str, str], native, *, defer: bool = False) -> None:
+    """Warn about each problem (``RuntimeWarning``), or with ``defer`` keep the messages in
+    ``PENDING`` for the command line to report (``take_pending``)."""
     for msg in problems(environ, native):
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        if defer:
+            PENDING.append(msg)
+        else:
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def take_pending(threads_given: bool) -> List[str]:
+    """The held-back messages, without the thread variable's when the command line sets the
+    thread count itself (``--threads``); empties ``PENDING``."""
+    out = [m for m in PENDING if not (threads_given and m.startswith("GPTCORE_NUM_THREADS="))]
+    PENDING.clear()
+    return out

@@ -25,17 +25,21 @@ How the work is cut and where it runs
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .hub import resolve as resolve_hub
 from .model import _dtype_name
-from .scoring import check_document, resolve_window, score_many
+from .scoring import check_document, resolve_window, score_many, score_pieces
+from .text_files import MAX_LINE_BYTES, token_pieces
 
 __all__ = ["COLUMNS", "clear_model_cache", "model_cache_info", "preload", "score"]
 
@@ -43,6 +47,8 @@ __all__ = ["COLUMNS", "clear_model_cache", "model_cache_info", "preload", "score
 COLUMNS = ("document", "path", "tokens", "scored", "nll", "mean", "perplexity", "error")
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+_NPY_PIECE = 1 << 20  # ids read from a .npy document at a time
 
 
 # ------------------------------------------------------------------------------------------
@@ -136,17 +142,41 @@ def _worker_threads() -> Optional[int]:
     return int(n) if n else None
 
 
-def _read(item: Tuple[int, Optional[str], Any], spec: _ModelSpec, vocab_size: int) -> np.ndarray:
+def _npy_pieces(path: str, vocab_size: int) -> Iterator[np.ndarray]:
+    """A ``.npy`` document's ids in pieces, read through a memory map (the header is checked
+    by numpy; pickles are refused)."""
+    try:
+        data = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError:  # no memory map of it: numpy's own refusal says why (an object array: a pickle)
+        np.load(path, allow_pickle=False)
+        raise
+    check_document(data[:0] if data.ndim == 1 else data, vocab_size, "token ids")  # dtype and shape
+    for lo in range(0, data.shape[0], _NPY_PIECE):
+        part = np.asarray(data[lo:lo + _NPY_PIECE])
+        try:
+            yield check_document(part, vocab_size, "token ids")
+        except ValueError as e:  # the position within the document, not within the piece
+            m = re.search(r"at position (\d+)", str(e))
+            if m is None:
+                raise
+            raise ValueError(str(e).replace(m.group(0), f"at position {lo + int(m.group(1))}")) from None
+
+
+def _pieces(item: Tuple[int, Optional[str], Any], spec: _ModelSpec, vocab_size: int,
+            max_line_bytes: int) -> Iterator[np.ndarray]:
+    """The document's token ids, in pieces (see ``score``: bounded memory whatever its size)."""
     _, path, arr = item
     if path is None:
-        return check_document(arr, vocab_size, "token ids")
-    if path.lower().endswith(".npy"):
-        data = np.load(path, allow_pickle=False)
-        return check_document(data, vocab_size, "token ids")
-    with open(path, "r", encoding="utf-8") as fh:
-        text = fh.read()
-    ids = _tokenizer(spec).encode(text, add_special_tokens=True)
-    return check_document(ids, vocab_size, "token ids")
+        yield check_document(arr, vocab_size, "token ids")
+    elif path.lower().endswith(".npy"):
+        yield from _npy_pieces(path, vocab_size)
+    else:
+        for piece in token_pieces(path, _tokenizer(spec), max_line_bytes=max_line_bytes):
+            yield check_document(piece, vocab_size, "token ids")
+
+
+def _too_short(n: int) -> str:
+    return f"ValueError: the document has {n} token(s): nothing to score (the first token is never scored)"
 
 
 def _error_text(exc: BaseException) -> str:
@@ -163,27 +193,55 @@ def _schema():
 
 
 def _score_task(spec: _ModelSpec, items: List[Tuple[int, Optional[str], Any]], context: Optional[int],
-                stride: Optional[int], batch: int, part: Optional[str]) -> Any:
+                stride: Optional[int], batch: int, part: Optional[str], small: int = 16384,
+                max_line_bytes: int = MAX_LINE_BYTES) -> Any:
     """Score ``items`` (``(index, path or None, ids or None)``) and return a pyarrow Table of
-    their rows, or write it to ``part`` and return a one-row summary."""
+    their rows, or write it to ``part`` and return a one-row summary. Documents of at most
+    ``small`` tokens are kept and batched together (``score_many``); a longer one is scored
+    as it is read (``score_pieces``)."""
     import pyarrow as pa
 
-    model = _model(spec)
+    try:
+        model = _model(spec)
+    except (OSError, ValueError, TypeError) as exc:
+        raise RuntimeError(f"score: the model {spec.path!r} cannot be used: {exc}") from None
     context, stride = resolve_window(model, context, stride)  # a bad window fails the whole run
+    vocab = model.config.vocab_size
     rows: List[Dict[str, Any]] = []
     good: List[Tuple[int, np.ndarray]] = []
+    threads = _worker_threads()
     for item in items:
         row = {"document": item[0], "path": item[1], "tokens": 0, "scored": 0,
                "nll": math.nan, "mean": math.nan, "perplexity": math.nan, "error": None}
-        try:
-            ids = _read(item, spec, model.config.vocab_size)
-        except Exception as exc:  # unreadable, not token ids, out of the vocabulary: this row only
-            row["error"] = _error_text(exc)
-        else:
-            row["tokens"] = int(ids.size)
-            good.append((len(rows), ids))
         rows.append(row)
-    threads = _worker_threads()
+        try:
+            pieces = _pieces(item, spec, vocab, max_line_bytes)
+            held: List[np.ndarray] = []
+            n = 0
+            for piece in pieces:  # read up to `small` tokens: a small document is batched
+                held.append(piece)
+                n += int(piece.size)
+                if n > small:
+                    break
+            else:
+                ids = np.concatenate(held) if held else np.zeros(0, dtype=np.int64)
+                row["tokens"] = int(ids.size)
+                if ids.size < 2:
+                    row["error"] = _too_short(int(ids.size))
+                else:
+                    good.append((len(rows) - 1, ids))
+                continue
+            counted = _Counted(itertools.chain(held, pieces))
+            with _RUN_LOCK:
+                if threads is not None:
+                    from .linalg import set_num_threads
+
+                    set_num_threads(threads)
+                res = score_pieces(model, counted, context=context, stride=stride, batch=batch)
+            row.update(tokens=counted.tokens, scored=res.tokens, nll=res.nll, mean=res.mean,
+                       perplexity=res.perplexity)
+        except Exception as exc:  # unreadable, not token ids, out of the vocabulary: this row only
+            row.update(tokens=0, scored=0, nll=math.nan, mean=math.nan, perplexity=math.nan, error=_error_text(exc))
     with _RUN_LOCK:
         if threads is not None:
             from .linalg import set_num_threads
@@ -207,6 +265,22 @@ def _score_task(spec: _ModelSpec, items: List[Tuple[int, Optional[str], Any]], c
     return {"part": os.path.basename(part), "documents": len(rows), "scored": sum(r["scored"] for r in scored),
             "nll": math.fsum(r["nll"] for r in scored),
             "errors": len(rows) - len(scored)}
+
+
+class _Counted:
+    """An iterator of id pieces that counts the ids."""
+
+    def __init__(self, pieces: Iterator[np.ndarray]) -> None:
+        self._pieces = pieces
+        self.tokens = 0
+
+    def __iter__(self) -> "_Counted":
+        return self
+
+    def __next__(self) -> np.ndarray:
+        piece = next(self._pieces)
+        self.tokens += int(piece.size)
+        return piece
 
 
 # ------------------------------------------------------------------------------------------
@@ -296,6 +370,7 @@ def score(
     progress: bool = False,
     timeout: Optional[float] = None,
     connect_timeout: float = 5.0,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ):
     """Score every document of a corpus under the model at ``model``; one row per document.
 
@@ -318,8 +393,15 @@ def score(
     ``scored`` (tokens scored: all but the first), ``nll`` (their summed negative
     log-likelihood, nats), ``mean`` (``nll / scored``), ``perplexity`` (``exp(mean)``) and
     ``error`` (None, or why the document could not be scored: unreadable, not 1-D integers,
-    ids outside the vocabulary; the other documents are scored all the same). The numbers
-    equal, bit for bit, those of ``gptcore.scoring.score_ids`` in one process.
+    ids outside the vocabulary, fewer than two tokens (nothing to score: the first token is
+    never scored), a text line longer than ``max_line_bytes``; the other documents are
+    scored all the same). The numbers equal, bit for bit, those of
+    ``gptcore.scoring.score_ids`` in one process.
+
+    Memory: a task holds the documents of at most ``batch_tokens`` tokens it batches
+    together; a longer document is read and scored a piece at a time (``.npy`` files through
+    a memory map, text files through ``gptcore.text_files``, at most ``max_line_bytes`` of
+    text at once), so no document, however large, is held whole.
 
     With ``out`` (a folder that does not exist yet or is empty), the workers write the rows
     as Parquet files ``out/part-00000.parquet``, ... (one per task, in document order), so the
@@ -338,10 +420,15 @@ def score(
         _check_int(stride, "stride", 1)
     if context is not None and stride is not None and stride >= context:
         raise ValueError(f"score: stride must be smaller than context, got stride={stride}, context={context}")
+    max_line_bytes = _check_int(max_line_bytes, "max_line_bytes", 1)
     try:
-        model_path = os.path.abspath(os.fspath(model))
+        os.fspath(model)
     except TypeError:
         raise TypeError(f"score: model must be a path (str or os.PathLike), got {type(model).__name__}") from None
+    local, _ = resolve_hub(model, fn="score")  # a Hub name: the cached (or downloaded) folder
+    if not local.exists():
+        raise FileNotFoundError(f"score: no such model folder or file: {os.fspath(model)!r}")
+    model_path = os.path.abspath(local)
     if weight_dtype is not None and not isinstance(weight_dtype, str):
         raise TypeError(f"score: weight_dtype must be a str such as 'bfloat16' or None, got {weight_dtype!r}")
     spec = _ModelSpec(model_path, _dtype_name(dtype), weight_dtype)
@@ -355,7 +442,8 @@ def score(
                                   "remove it or choose another path")
         os.makedirs(out_dir, exist_ok=True)
     parts = [None if out_dir is None else os.path.join(out_dir, f"part-{t:05d}.parquet") for t in range(len(groups))]
-    args = [(spec, [items[i] for i in g], context, stride, batch, parts[t]) for t, g in enumerate(groups)]
+    args = [(spec, [items[i] for i in g], context, stride, batch, parts[t], batch_tokens, max_line_bytes)
+            for t, g in enumerate(groups)]
     weights = [sum(sizes[i] for i in g) for g in groups]
 
     bar = None

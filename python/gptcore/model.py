@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _native
 from ._checks import check_token_range, dtype_name, token_ids
 from ._memory import check_alloc
+from ._warnings import warn_at_caller
 from .config import GPTConfig
-from .sampling import check_sampling_args, choose
+from .generation_config import eos_token_ids
+from .hub import resolve as resolve_hub
+from .sampling import SamplingParams, samplers_for_batch
+from .stop_strings import StopStringMatcher
 from .scoring import ScoreResult
 from .chat import chat, stream_chat
 from .text import generate_text, score_text, stream_text
 from .tokenizer import Tokenizer, missing_tokenizer_message
 from .weights import gguf_checkpoint, infer_config, load_safetensors, save_safetensors, validate
 from .weights.checkpoint import inspect_checkpoint, open_lazy
-from .weights.formats import weight_dtype_name
+from .weights.formats import FORMATS, first_nonfinite, from_half_bits, weight_dtype_name
 from .weights.schema import _tensor_kinds
 
 __all__ = ["Model", "forward", "load", "softmax"]
@@ -64,6 +68,15 @@ def _activation_width(c: GPTConfig) -> int:
     """Values per row of a pass's work buffers: norm output and projection (2 d), the
     Q/K/V product, the heads' outputs, and the MLP's hidden width (twice for SwiGLU's gate)."""
     return 2 * c.d_model + c.q_width + 2 * c.kv_width + c.q_width + c.d_ff * (2 if c.family == "llama" else 1)
+#: generate's and stream's sampling and stopping options, with their defaults.
+_GENERATE_OPTIONS = dict(temperature=1.0, top_k=None, top_p=None, min_p=None, repetition_penalty=1.0,
+                         frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None, greedy=False, seed=None,
+                         stop_tokens=None, stop=None, stop_at_eos=False)
+
+
+def _tokens_only(steps: Iterator[Tuple[Any, Any]]) -> Iterator[Any]:
+    for tok, _ in steps:
+        yield tok
 
 
 def _check_run_alloc(config: GPTConfig, itemsize: int, b: int, t: int, logit_rows: int, what: str) -> None:
@@ -133,14 +146,16 @@ class Model:
         self._branch_scale = float(branch_scale)
         self._tokenizer = None
         self._tokenizer_missing: Optional[str] = None  # why there is none (for the error)
+        self._eos_ids: Optional[Tuple[int, ...]] = None  # the folder's, set by load
         self._weight_dtype = wd
         self._native = _native.NativeModel(native_weights, config, name, wd)
 
     @classmethod
-    def _from_checkpoint_lazily(cls, path: Any, weight_dtype: str, n_heads: Optional[int]) -> "Model":
+    def _from_checkpoint_lazily(cls, path: Any, weight_dtype: str, n_heads: Optional[int],
+                                allow_nonfinite: bool = False) -> "Model":
         """A model with ``weight_dtype`` weights read one tensor at a time (no float32 copy of
         the weights)."""
-        small, config, fetch = open_lazy(path, weight_dtype, n_heads)
+        small, config, fetch = open_lazy(path, weight_dtype, n_heads, allow_nonfinite)
         return cls._from_parts(small, config, weight_dtype, fetch)
 
     @classmethod
@@ -155,6 +170,7 @@ class Model:
         m._weight_dtype = weight_dtype
         m._tokenizer = None
         m._tokenizer_missing = None
+        m._eos_ids = None
         m._native = _native.NativeModel(small, config, "float32", weight_dtype, fetch)
         return m
 
@@ -370,16 +386,36 @@ class Model:
         temperature: float = 1.0,
         top_k: Optional[int] = None,
         top_p: Optional[float] = None,
+        min_p: Optional[float] = None,
+        repetition_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        logit_bias: Optional[Mapping[int, float]] = None,
         greedy: bool = False,
-        seed: Optional[int] = None,
+        seed: Union[None, int, Sequence[int]] = None,
         stop_tokens: Optional[Iterable[int]] = None,
+        stop: Union[None, str, Sequence[str]] = None,
+        stop_at_eos: bool = False,
         context_shift: int = 1,
     ) -> Iterator[Union[int, np.ndarray]]:
         """Yield new tokens one step at a time (an ``int`` for a ``(T,)`` prompt, a ``(B,)``
-        array for a ``(B, T)`` prompt). Arguments as in ``generate``."""
-        for tok, _ in self._generate_iter(ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens,
-                                          context_shift):
-            yield tok
+        array for a ``(B, T)`` prompt). Arguments as in ``generate``; the tokens are not
+        kept, so only the key/value cache must fit in memory."""
+        return self._stream_tokens(
+            ids, max_new_tokens, "stream", context_shift=context_shift, temperature=temperature, top_k=top_k,
+            top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, logit_bias=logit_bias, greedy=greedy, seed=seed,
+            stop_tokens=stop_tokens, stop=stop, stop_at_eos=stop_at_eos)
+
+    def _stream_tokens(self, ids: Any, max_new_tokens: int, fn: str, *, context_shift: int = 1,
+                       **options: Any) -> Iterator[Union[int, np.ndarray]]:
+        """``stream`` for the text functions: ``generate``'s keyword options, errors named
+        after ``fn`` (the function the user called)."""
+        unknown = sorted(set(options) - set(_GENERATE_OPTIONS))
+        if unknown:
+            raise TypeError(f"{fn}: unexpected keyword argument {unknown[0]!r}")
+        opts = {**_GENERATE_OPTIONS, **options}
+        return _tokens_only(self._generate_iter(ids, max_new_tokens, opts, context_shift, fn, hold=False))
 
     def generate(
         self,
@@ -389,24 +425,50 @@ class Model:
         temperature: float = 1.0,
         top_k: Optional[int] = None,
         top_p: Optional[float] = None,
+        min_p: Optional[float] = None,
+        repetition_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        logit_bias: Optional[Mapping[int, float]] = None,
         greedy: bool = False,
-        seed: Optional[int] = None,
+        seed: Union[None, int, Sequence[int]] = None,
         stop_tokens: Optional[Iterable[int]] = None,
+        stop: Union[None, str, Sequence[str]] = None,
+        stop_at_eos: bool = False,
         return_logprobs: bool = False,
         context_shift: int = 1,
     ) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
-        """Generate up to ``max_new_tokens`` tokens after the prompt ``ids`` and return them,
-        shape ``(n,)`` or ``(B, n)``.
+        """Generate up to ``max_new_tokens`` tokens after the prompt ``ids`` and return the new
+        tokens only (not the prompt, unlike transformers' ``generate``), shape ``(n,)`` or
+        ``(B, n)``.
 
         The prompt is processed once (prefill); each new token then costs one position
         through every layer (decode, with a key/value cache). ``greedy=True`` or
-        ``temperature=0`` picks the argmax; otherwise tokens are sampled from
-        ``softmax(logits / temperature)``, restricted to the ``top_k`` most likely tokens
-        and/or the smallest set whose probability reaches ``top_p``, with a generator seeded
-        by ``seed`` (same seed, same tokens). Generation stops early once every sequence has
-        produced one of ``stop_tokens`` (a stopped sequence is padded with its stop token).
+        ``temperature=0`` picks the most likely token; otherwise tokens are sampled from
+        ``softmax(logits / temperature)``, restricted to the ``top_k`` most likely tokens,
+        the smallest set whose probability reaches ``top_p`` and the tokens at least
+        ``min_p`` times as likely as the most likely one, with a generator seeded by ``seed``
+        (same seed, same tokens, bit for bit). Before that, ``logit_bias`` (token id -> bias)
+        is added to the logits, ``repetition_penalty`` (transformers' definition, over the
+        prompt and the tokens generated) and ``frequency_penalty`` / ``presence_penalty``
+        (OpenAI's, over the tokens generated) are applied; ``gptcore.sampling`` defines each
+        and the order in which they apply. With a ``(B, T)`` prompt, ``seed`` may be a list of
+        ``B`` seeds: each row then draws from its own generator and gets the tokens it gets
+        alone with its seed; one seed is one generator shared by the rows (drawn from in row
+        order at each step).
+
+        A sequence ends with one of ``stop_tokens``, with the model folder's end-of-sequence
+        ids when ``stop_at_eos`` (``Model.eos_token_ids``), or with the token that completes
+        one of the ``stop`` strings in its decoded text (which needs ``model.tokenizer``); the
+        token that ends it is the last one returned, and with a batch, generation goes on until
+        every sequence has ended (an ended sequence is padded with its last token).
         ``return_logprobs=True`` also returns each chosen token's log-probability under the
-        model (temperature 1, no filtering).
+        model (temperature 1, nothing applied).
+
+        Before it starts, a request whose tokens and key/value cache cannot fit in this
+        machine's memory is refused with ``MemoryError`` stating the bytes. Logits that are
+        not finite (NaN weights, or arithmetic that overflowed) stop generation with
+        ``FloatingPointError``.
 
         With learned positions there is no position beyond ``n_ctx`` (with rotary positions,
         ``n_ctx`` is the model's trained context or sliding window). A longer prompt is
@@ -421,10 +483,15 @@ class Model:
         tokens, at the price of a context that shrinks to ``n_ctx + 1 - context_shift``
         tokens right after each rebuild — what llama.cpp does when its context fills.
         """
+        options = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                       repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+                       presence_penalty=presence_penalty, logit_bias=logit_bias, greedy=greedy, seed=seed,
+                       stop_tokens=stop_tokens, stop=stop, stop_at_eos=stop_at_eos)
+        if not isinstance(return_logprobs, bool):
+            raise TypeError(f"generate: return_logprobs must be a bool, got {return_logprobs!r}")
         toks, lps = [], []
         one_d = np.asarray(ids).ndim == 1
-        for tok, lp in self._generate_iter(ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens,
-                                           context_shift):
+        for tok, lp in self._generate_iter(ids, max_new_tokens, options, context_shift, "generate", hold=True):
             toks.append(np.atleast_1d(tok))
             lps.append(np.atleast_1d(lp))
         b = 1 if one_d else np.asarray(ids).shape[0]
@@ -434,62 +501,126 @@ class Model:
             out, lp_arr = out[0], lp_arr[0]
         return (out, lp_arr) if return_logprobs else out
 
-    def _generate_iter(self, ids, max_new_tokens, temperature, top_k, top_p, greedy, seed, stop_tokens,
-                       context_shift=1):
-        arr, one_d = _check_ids(ids, self._config)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
-            raise TypeError(f"generate: max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
+    @property
+    def eos_token_ids(self) -> Tuple[int, ...]:
+        """The ids that end generation with ``stop_at_eos``: the model folder's
+        ``eos_token_id`` (``generation_config.json``, else ``config.json``; one id or several)
+        when ``load`` found one, else the tokenizer's end-of-text token, else none."""
+        if self._eos_ids is not None:
+            return self._eos_ids
+        tok = self._tokenizer
+        return (tok.eos_id,) if tok is not None and tok.eos_id is not None else ()
+
+    def _sampling(self, options: Mapping[str, Any], fn: str) -> Tuple[SamplingParams, Optional[List[int]], Any]:
+        """The checked sampling parameters of a generate/stream call, the per-row seeds (or
+        None) and the stop strings' tokenizer (or None); errors name ``fn`` and the argument."""
+        opts = dict(options)
+        seed = opts.pop("seed")
+        seeds = None
+        if seed is not None and not isinstance(seed, (int, np.integer)) and not isinstance(seed, (str, bytes)) \
+                and isinstance(seed, Iterable):
+            seeds, seed = list(seed), None
+        stop_at_eos = opts.pop("stop_at_eos")
+        if not isinstance(stop_at_eos, bool):
+            raise TypeError(f"{fn}: stop_at_eos must be a bool, got {stop_at_eos!r}")
+        stop_ids = opts.pop("stop_tokens")
+        try:
+            params = SamplingParams(seed=seed, stop_token_ids=stop_ids, **opts)
+            params.check_vocab(self._config.vocab_size)
+        except (TypeError, ValueError) as e:
+            msg = str(e)
+            if msg.startswith("stop_token_ids"):  # generate's name for the field
+                msg = "stop_tokens" + msg[len("stop_token_ids"):]
+            raise type(e)(f"{fn}: {msg}") from None
+        for r, s in enumerate(seeds or ()):
+            try:
+                SamplingParams(seed=s)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"{fn}: seed[{r}]{str(e)[len('seed'):]}") from None
+        if stop_at_eos and self.eos_token_ids:
+            eos = [i for i in self.eos_token_ids if i < self._config.vocab_size]
+            params = replace(params, stop_token_ids=tuple(params.stop_token_ids) + tuple(eos))
+        tokenizer = None
+        if params.stop:
+            if self._tokenizer is None:
+                why = self._tokenizer_missing or missing_tokenizer_message(None)
+                raise ValueError(f"{fn}: stop strings are matched on the text of the tokens, which needs the "
+                                 f"model's tokenizer; {why}")
+            tokenizer = self._tokenizer
+        return params, seeds, tokenizer
+
+    def _check_generate_memory(self, b: int, t: int, n: int, hold: bool, fn: str) -> None:
+        """MemoryError before a generation whose key/value cache (and, when the tokens are
+        kept, the tokens and their log-probabilities) cannot fit in memory."""
+        c = self._config
+        positions = min(t + n, c.n_ctx) if c.pos != "sinusoidal" else t + n
+        kv = b * c.n_layers * 2 * c.kv_width * positions * self.dtype.itemsize
+        # int64 token + float64 log-probability per row and step, and two small arrays per step
+        kept = n * (16 * b + 256) if hold else 0
+        check_alloc(kv + kept, f"{fn}(max_new_tokens={n:,}) on {b} sequence(s) of {t:,} tokens "
+                               f"(key/value cache {kv:,} bytes, tokens kept {kept:,} bytes)")
+
+    def _generate_iter(self, ids, max_new_tokens, options, context_shift, fn, hold):
+        arr, one_d = _check_ids(ids, self._config, f"{fn}: ids")
+        if isinstance(max_new_tokens, (bool, np.bool_)) or not isinstance(max_new_tokens, (int, np.integer)):
+            raise TypeError(f"{fn}: max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
         if max_new_tokens < 0:
-            raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
-        temperature, top_k, top_p, greedy = check_sampling_args(temperature, top_k, top_p, greedy, self._config.vocab_size)
-        stops = None
-        if stop_tokens is not None:
-            if isinstance(stop_tokens, (str, bytes)) or not isinstance(stop_tokens, Iterable):
-                raise TypeError(f"generate: stop_tokens must be an iterable of int token ids, got {type(stop_tokens).__name__}")
-            seen = set()
-            for s in stop_tokens:
-                if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
-                    raise TypeError(f"generate: stop_tokens must hold int token ids, got {s!r}")
-                if not 0 <= s < self._config.vocab_size:
-                    raise ValueError(f"generate: stop_tokens must be ids in [0, {self._config.vocab_size}), got {s}")
-                seen.add(int(s))
-            stops = np.array(sorted(seen), dtype=np.int64)
-        if seed is not None:
-            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-                raise TypeError(f"generate: seed must be a non-negative int or None, got {seed!r}")
-            if seed < 0:
-                raise ValueError(f"generate: seed must be a non-negative int or None, got {seed}")
-        rng = np.random.default_rng(seed)
+            raise ValueError(f"{fn}: max_new_tokens must be >= 0, got {max_new_tokens}")
+        params, seeds, tokenizer = self._sampling(options, fn)
         # Learned and rotary positions stop at n_ctx (no table row; the rotary model's trained
         # range or sliding window): the same crop and shift for both.
         n_ctx, learned = self._config.n_ctx, self._config.pos != "sinusoidal"
         if isinstance(context_shift, (bool, np.bool_)) or not isinstance(context_shift, (int, np.integer)):
-            raise TypeError(f"generate: context_shift must be an int, got {context_shift!r}")
+            raise TypeError(f"{fn}: context_shift must be an int, got {context_shift!r}")
         if not 1 <= context_shift <= n_ctx:
-            raise ValueError(f"generate: context_shift must be in [1, n_ctx = {n_ctx}], got {context_shift}")
-        shift, warned = int(context_shift), False
+            raise ValueError(f"{fn}: context_shift must be in [1, n_ctx = {n_ctx}], got {context_shift}")
         b, t = arr.shape
-        _check_run_alloc(self._config, self.dtype.itemsize, b, min(t, n_ctx) if learned else t, b,
-                         f"generate on ids of shape {arr.shape}")
-        seq = arr
-        if learned and t > n_ctx:
-            seq = seq[:, -n_ctx:]
-        cache = self.new_cache(b)
+        seq = arr[:, -n_ctx:] if learned and t > n_ctx else arr
+        _check_run_alloc(self._config, self.dtype.itemsize, b, seq.shape[1], b, f"{fn} on ids of shape {arr.shape}")
+        self._check_generate_memory(b, seq.shape[1], int(max_new_tokens), hold, fn)
+        if seeds is not None and len(seeds) != b:
+            raise ValueError(f"{fn}: seed: a list of seeds needs one per sequence ({b}), got {len(seeds)}")
+        samplers = samplers_for_batch(params, self._config.vocab_size, arr, seeds)
+        # Everything is checked now, when called; the work starts at the first next().
+        return self._generation_steps(arr, seq, int(max_new_tokens), one_d, samplers, params, tokenizer,
+                                      int(context_shift), fn)
+
+    def _generation_steps(self, arr, seq, max_new_tokens, one_d, samplers, params, tokenizer, shift, fn):
+        """The generation loop of ``_generate_iter``, on checked arguments: ``(token, logprob)``
+        per step."""
         if max_new_tokens == 0:
             return
+        n_ctx, learned = self._config.n_ctx, self._config.pos != "sinusoidal"
+        warned = False
+        b = arr.shape[0]
+        stop_ids = np.array(params.stop_token_ids, dtype=np.int64) if params.stop_token_ids else None
+        texts = [(tokenizer.stream(), StopStringMatcher(params.stop)) for _ in range(b)] if tokenizer else None
+        cache = self.new_cache(b)
         logits = self._native.step(cache, np.ascontiguousarray(seq), "last")
         done = np.zeros(b, dtype=bool)
         last = np.zeros(b, dtype=np.int64)
         for i in range(int(max_new_tokens)):
-            tok, lp = choose(logits, temperature, top_k, top_p, greedy, rng)
+            tok = np.empty(b, dtype=np.int64)
+            lp = np.empty(b, dtype=np.float64)
+            for r, sampler in enumerate(samplers):
+                try:
+                    tok[r], lp[r] = sampler.choose(logits[r])
+                except FloatingPointError as e:
+                    raise FloatingPointError(f"{fn}: {'' if one_d else f'sequence {r}: '}{e}") from None
             tok = np.where(done, last, tok)
-            if stops is not None:
-                done |= np.isin(tok, stops)
+            if stop_ids is not None:
+                done |= np.isin(tok, stop_ids)
+            if texts is not None:
+                for r in range(b):
+                    if not done[r] and int(tok[r]) < tokenizer.vocab_size:
+                        decoder, matcher = texts[r]
+                        done[r] = matcher.push(decoder.push(int(tok[r])))[1]
             last = tok
             yield (int(tok[0]) if one_d else tok.copy()), (float(lp[0]) if one_d else lp)
-            if (stops is not None and done.all()) or i == max_new_tokens - 1:
+            if done.all() or i == max_new_tokens - 1:
                 return  # no step for logits nobody will read
-            seq = np.concatenate([seq, tok[:, None]], axis=1)
+            if learned:
+                seq = np.concatenate([seq, tok[:, None]], axis=1)
             if learned and seq.shape[1] > n_ctx:
                 # Drop the `shift` oldest tokens (shift 1: keep exactly the last n_ctx, the
                 # lesson's crop) and rebuild the cache from the rest.
@@ -498,10 +629,10 @@ class Model:
                     fast = n_ctx // 4
                     hint = (f" context_shift={fast} would drop {fast} tokens at once and rebuild once per "
                             f"{fast} tokens." if fast > 1 else "")
-                    warnings.warn(
-                        f"generate: the sequence reached n_ctx = {n_ctx}; with context_shift=1 (the exact "
+                    warn_at_caller(
+                        f"{fn}: the sequence reached n_ctx = {n_ctx}; with context_shift=1 (the exact "
                         f"crop) every further token rebuilds the cache from the last {n_ctx} tokens, a full "
-                        f"prefill per token.{hint}", UserWarning, stacklevel=3)
+                        f"prefill per token.{hint}", UserWarning)
                 seq = seq[:, shift:]
                 cache = self.new_cache(b)
                 logits = self._native.step(cache, np.ascontiguousarray(seq), "last")
@@ -564,18 +695,30 @@ def load(
     n_heads: Optional[int] = None,
     tokenizer: Any = None,
     weight_dtype: Any = None,
+    allow_nonfinite: bool = False,
 ) -> Model:
     """Load a Hugging Face checkpoint folder (``config.json`` + ``model.safetensors``, or the
     shards ``model.safetensors.index.json`` names) or a ``.safetensors`` file into a
     ``Model``: GPT-2 (``model_type`` ``gpt2``) or the Llama family (``llama``, ``mistral``,
     ``qwen2``; both transformers 4's and 5's config layout). Pickle checkpoints are refused.
 
+    ``path`` may also be the name of a model on the Hugging Face Hub (``"openai-community/gpt2"``,
+    ``"gpt2"``) when no file or folder of that name exists here: it is taken from the Hugging
+    Face cache with no network access, or else downloaded (safetensors and tokenizer files
+    only) unless ``HF_HUB_OFFLINE`` is set; see ``gptcore.hub``.
+
     ``model.tokenizer`` is the folder's tokenizer (``tokenizer.json``, or ``vocab.json`` +
-    ``merges.txt``, with the special tokens, chat template and end-of-generation ids of
-    ``tokenizer_config.json``, ``generation_config.json`` and ``config.json``) when it has
-    one, else ``None``: ids work either way, text calls then raise an error naming the missing
-    files. ``tokenizer`` (a folder, or a ``gptcore.Tokenizer``) takes the tokenizer from
-    elsewhere.
+    ``merges.txt``, with the special tokens and chat template of ``tokenizer_config.json``)
+    when it has one, else ``None``: ids work either way, text calls then raise an error naming
+    the missing files. ``tokenizer`` (a folder, or a ``gptcore.Tokenizer``) takes the
+    tokenizer from elsewhere. A tokenizer with more ids (added tokens included) than the
+    model's ``vocab_size`` is a ``ValueError`` naming both sizes: the two do not belong
+    together. ``model.eos_token_ids`` are the folder's ``eos_token_id``
+    (``generation_config.json``, else ``config.json``; Llama 3 Instruct lists several).
+
+    A tensor holding a NaN or an infinity is a ``ValueError`` naming the tensor and the first
+    such index (found as each tensor is read, no extra copy); ``allow_nonfinite=True`` loads
+    it anyway, to debug it.
 
     ``weight_dtype`` (``"bfloat16"`` or ``"float16"``) stores the weight matrices and
     embedding tables 16-bit: the tensors are read one at a time and packed (BF16/F16 tensors of
@@ -591,34 +734,60 @@ def load(
     formats, unless ``weight_dtype="float32"`` asks for the float32 model of their dequantized
     values (``round_weights(w, "q8_0")`` of the original weights).
     """
-    name = _dtype_name(dtype)
-    if gguf_checkpoint.is_gguf(path):
-        return _load_gguf(path, name, n_heads, tokenizer, weight_dtype)
+    name = _dtype_name(dtype, "load")
+    if not isinstance(allow_nonfinite, bool):
+        raise TypeError(f"load: allow_nonfinite must be a bool, got {allow_nonfinite!r}")
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        text = None
+    if not isinstance(text, str):
+        raise TypeError(f"load: path must be a str or os.PathLike, got {type(path).__name__}")
+    p, _ = resolve_hub(text)
+    if gguf_checkpoint.is_gguf(p):
+        return _load_gguf(p, name, n_heads, tokenizer, weight_dtype, allow_nonfinite)
     if weight_dtype is None and name == "float32":
-        wd = inspect_checkpoint(path, n_heads).stored_format
+        wd = inspect_checkpoint(p, n_heads).stored_format
     else:
         wd = _weight_dtype(weight_dtype, name)
     if wd is not None:
-        model = Model._from_checkpoint_lazily(path, wd, n_heads)
+        model = Model._from_checkpoint_lazily(p, wd, n_heads, allow_nonfinite)
     else:
-        weights, config = load_safetensors(path, n_heads=n_heads)
+        weights, config = load_safetensors(p, n_heads=n_heads, allow_nonfinite=allow_nonfinite)
         model = Model(weights, config, dtype=dtype, n_heads=n_heads)
+    vocab = model.config.vocab_size
+    if p.is_dir():
+        model._eos_ids = eos_token_ids(p, vocab)
     if tokenizer is not None:
-        model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
+        tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
+        _check_tokenizer_fits(tok, vocab, p)
+        model.tokenizer = tok
         return model
-    p = Path(os.fspath(path))
     if p.is_dir():
         try:
-            model.tokenizer = Tokenizer.from_folder(p)
+            tok = Tokenizer.from_folder(p)
         except FileNotFoundError as e:  # ids still work; text calls repeat why there is none
             model._tokenizer_missing = str(e).split(": ", 1)[-1]
+        else:
+            _check_tokenizer_fits(tok, vocab, p)
+            model.tokenizer = tok
     else:
         model._tokenizer_missing = (missing_tokenizer_message(None) + f" ({str(p)!r} is a single file; "
                                     "pass load(..., tokenizer=folder))")
     return model
 
 
-def _load_gguf(path: Any, dtype: str, n_heads: Optional[int], tokenizer: Any, weight_dtype: Any) -> Model:
+def _check_tokenizer_fits(tok: Tokenizer, vocab_size: int, model_path: Path) -> None:
+    if tok.vocab_size > vocab_size:
+        src = f" ({tok.source})" if tok.source else ""
+        raise ValueError(
+            f"load: the tokenizer{src} has {tok.vocab_size:,} ids (added tokens included) but the model in "
+            f"{str(model_path)!r} has vocab_size = {vocab_size:,}: they do not belong together (the tokenizer "
+            "would produce ids the model has no embedding for)")
+
+
+def _load_gguf(path: Any, dtype: str, n_heads: Optional[int], tokenizer: Any, weight_dtype: Any,
+               allow_nonfinite: bool = False) -> Model:
     """``load`` of a GGUF file (``weight_dtype`` may also be ``"float32"``: dequantize)."""
     wd = weight_dtype
     if wd is not None:
@@ -632,16 +801,54 @@ def _load_gguf(path: Any, dtype: str, n_heads: Optional[int], tokenizer: Any, we
             raise ValueError(f"load: weight_dtype={wd!r} needs dtype='float32', got dtype={dtype!r}")
     with gguf_checkpoint.open_model(path, n_heads=n_heads, weight_dtype=wd) as parts:
         if parts.fetch is not None:
-            model = Model._from_parts(parts.small, parts.config, parts.weight_dtype, parts.fetch)
+            fetch = parts.fetch if allow_nonfinite else _finite_fetch(parts.fetch, parts.weight_dtype, path)
+            if not allow_nonfinite:
+                _check_finite(parts.small, path)
+            model = Model._from_parts(parts.small, parts.config, parts.weight_dtype, fetch)
         else:
+            if not allow_nonfinite:
+                _check_finite(parts.weights, path)
             model = Model(parts.weights, parts.config, dtype=dtype)
     if tokenizer is not None:
-        model.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
+        tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_folder(tokenizer)
+        _check_tokenizer_fits(tok, model.config.vocab_size, Path(path))
+        model.tokenizer = tok
     elif parts.tokenizer is not None:
+        _check_tokenizer_fits(parts.tokenizer, model.config.vocab_size, Path(path))
         model.tokenizer = parts.tokenizer
     else:
         model._tokenizer_missing = parts.tokenizer_missing
     return model
+
+
+def _nonfinite_error(name: str, path: Any, at: Tuple[int, ...], value: float) -> ValueError:
+    return ValueError(
+        f"load: tensor {name!r} in {str(path)!r} holds {value} at index {list(at)}: a checkpoint with NaN or "
+        "infinite weights gives NaN outputs (pass allow_nonfinite=True to load it anyway, to debug it)")
+
+
+def _check_finite(weights: Mapping[str, np.ndarray], path: Any) -> None:
+    """A GGUF file's float32 tensors, checked as ``load_safetensors`` checks its own."""
+    for name, a in weights.items():
+        at = first_nonfinite(a, "F64" if a.dtype == np.float64 else "F32")
+        if at is not None:
+            raise _nonfinite_error(name, path, at, float(a[at]))
+
+
+def _finite_fetch(fetch: Any, weight_dtype: str, path: Any) -> Any:
+    """``fetch`` whose 16-bit patterns are checked as they are read."""
+    code = FORMATS[weight_dtype].safetensors
+
+    def checked(name: str) -> Optional[np.ndarray]:
+        bits = fetch(name)
+        if bits is not None:
+            at = first_nonfinite(bits, code)
+            if at is not None:
+                value = float(from_half_bits(np.array([bits[at]], dtype=np.uint16), weight_dtype)[0])
+                raise _nonfinite_error(name, path, at, value)
+        return bits
+
+    return checked
 
 
 def softmax(x: Any, axis: int = -1) -> np.ndarray:

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ._checks import check_token_range, token_ids
 
-__all__ = ["ScoreResult", "Window", "check_document", "resolve_window", "score_ids", "score_many", "sliding_windows"]
+__all__ = ["ExactSum", "ScoreResult", "Window", "check_document", "resolve_window", "score_ids", "score_many",
+           "score_pieces", "sliding_windows"]
 
 Window = Tuple[int, int, int]
 
@@ -95,26 +96,80 @@ class ScoreResult:
     ``tokens``: tokens scored (every token but the first); ``nll``: their summed negative
     log-likelihood in nats (exactly rounded sum); ``mean``: ``nll / tokens``; ``perplexity``:
     ``exp(mean)`` (both NaN when nothing was scored); ``logprobs``: the scored tokens'
-    log-probabilities in document order (``logprobs[i]`` belongs to ``ids[i + 1]``).
+    log-probabilities in document order (``logprobs[i]`` belongs to ``ids[i + 1]``), or None
+    from ``score_pieces``, which keeps only the sum.
     """
 
     tokens: int
     nll: float
     mean: float
     perplexity: float
-    logprobs: np.ndarray = field(repr=False, compare=False)
+    logprobs: Optional[np.ndarray] = field(repr=False, compare=False)
 
     @classmethod
     def from_logprobs(cls, logprobs: np.ndarray) -> "ScoreResult":
         lp = np.asarray(logprobs, dtype=np.float64)
         n = int(lp.size)
         nll = -math.fsum(lp.tolist()) if n else 0.0
-        mean = nll / n if n else math.nan
+        return cls.from_sum(n, nll, lp)
+
+    @classmethod
+    def from_sum(cls, tokens: int, nll: float, logprobs: Optional[np.ndarray] = None) -> "ScoreResult":
+        mean = nll / tokens if tokens else math.nan
         try:
             ppl = math.exp(mean)
         except OverflowError:
             ppl = math.inf
-        return cls(tokens=n, nll=nll, mean=mean, perplexity=ppl, logprobs=lp)
+        return cls(tokens=tokens, nll=nll, mean=mean, perplexity=ppl, logprobs=logprobs)
+
+
+# Float64 values are m * 2**(e - 53) with integer |m| < 2**53 and e >= -1073; scaled by
+# 2**_SCALE every value is an integer.
+_SCALE = 1074 + 53
+
+
+class ExactSum:
+    """The exact sum of float64 values added in any order and grouping, rounded once:
+    ``value`` equals ``math.fsum`` of all the values (correctly rounded), while holding one
+    Python integer instead of the values. NaN and infinities give what ``math.fsum`` gives
+    (an infinity; NaN for NaN or for both infinities, where ``fsum`` raises)."""
+
+    def __init__(self) -> None:
+        self._scaled = 0          # the sum of the finite values times 2**_SCALE, exactly
+        self._special = 0.0       # the sum of the non-finite ones
+        self.count = 0
+
+    def add(self, values: Any) -> None:
+        v = np.asarray(values, dtype=np.float64).reshape(-1)
+        self.count += int(v.size)
+        finite = np.isfinite(v)
+        if not finite.all():
+            with np.errstate(invalid="ignore"):
+                self._special += float(np.sum(v[~finite]))
+            v = v[finite]
+        if not v.size:
+            return
+        m, e = np.frexp(v)                          # v = m * 2**e, 0.5 <= |m| < 1
+        mant = (m * 2.0 ** 53).astype(np.int64)     # exact: 53 significant bits
+        shift = e.astype(np.int64) - 53 + _SCALE    # >= 0
+        # Group by exponent; per group, int64 sums of at most 512 values cannot overflow.
+        order = np.argsort(shift, kind="stable")
+        shift, mant = shift[order], mant[order]
+        starts = np.flatnonzero(np.diff(shift, prepend=-1))
+        ends = np.append(starts[1:], shift.size)
+        total = 0
+        for lo, hi in zip(starts.tolist(), ends.tolist()):
+            group = 0
+            for a in range(lo, hi, 512):
+                group += int(mant[a:min(hi, a + 512)].sum())
+            total += group << int(shift[lo])
+        self._scaled += total
+
+    @property
+    def value(self) -> float:
+        if self._special != 0.0 or math.isnan(self._special):
+            return self._special
+        return self._scaled / (1 << _SCALE)  # int / int is correctly rounded
 
 
 def resolve_window(model: Any, context: Optional[int] = None, stride: Optional[int] = None) -> Tuple[int, int]:
@@ -196,3 +251,61 @@ def score_ids(
     """
     arr = check_document(ids, model.config.vocab_size, "ids")
     return score_many(model, [arr], context=context, stride=stride, batch=batch)[0]
+
+
+def score_pieces(
+    model: Any,
+    pieces: Iterable[Any],
+    *,
+    context: Optional[int] = None,
+    stride: Optional[int] = None,
+    batch: int = 1,
+) -> ScoreResult:
+    """``score_ids`` of the document whose token ids arrive in ``pieces`` (1-D arrays, in
+    order, any sizes), holding only what the next windows need: about
+    ``(batch - 1) * stride + context`` tokens and the latest piece, never the document.
+
+    The windows, the tokens they score and the log-probabilities are those of ``score_ids``
+    on the whole document, and the sum is exact (``ExactSum``), so ``tokens``, ``nll``,
+    ``mean`` and ``perplexity`` are the same bit for bit; ``logprobs`` is None.
+    """
+    batch = _positive_int(batch, "batch", 1)
+    context, stride = resolve_window(model, context, stride)
+    vocab = model.config.vocab_size
+    buf = np.zeros(0, dtype=np.int64)   # the document's ids from position `base` on
+    base = 0                            # document position of buf[0]
+    begin = 0                           # the next window's first position
+    prev_end = 0                        # where the previous window ended
+    total = ExactSum()
+
+    def run(windows: List[Tuple[int, int, int]]) -> None:
+        inputs = np.stack([buf[b - base:e - base] for b, e, _ in windows])
+        lp = model.token_logprobs(inputs)
+        for row, (b, _e, f) in enumerate(windows):
+            total.add(lp[row, f - b - 1:])
+
+    have = 0
+    for i, piece in enumerate(pieces):
+        ids = check_document(piece, vocab, f"pieces[{i}]")
+        if not ids.size:
+            continue
+        buf = np.concatenate([buf, ids]) if buf.size else ids
+        have += int(ids.size)
+        # Every window that ends before the last id known is a full window, and not the last.
+        ready: List[Tuple[int, int, int]] = []
+        while begin + context < have:
+            ready.append((begin, begin + context, max(prev_end, begin + 1)))
+            prev_end = begin + context
+            begin += stride
+            if len(ready) == batch:
+                run(ready)
+                ready = []
+        if ready:
+            run(ready)
+        buf, base = buf[begin - base:], begin
+    if have >= 2:
+        end = have  # the last window: begin + context >= have
+        run([(begin, end, max(prev_end, begin + 1))])
+    scored = max(0, have - 1)
+    assert total.count == scored, (total.count, scored)
+    return ScoreResult.from_sum(scored, -total.value if scored else 0.0)

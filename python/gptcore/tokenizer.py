@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from .chat_template import ChatTemplate
+from .generation_config import eos_token_ids
 
 __all__ = ["Tokenizer", "StreamDecoder", "TOKENIZER_FILES"]
 
@@ -43,6 +44,30 @@ def _tokenizers():
             "gptcore's text support needs Hugging Face's `tokenizers` package: pip install tokenizers"
         ) from None
     return tokenizers
+
+
+# Tokenizer models that read text but do not give it back: WordPiece (BERT's) and WordLevel
+# normalise and split it (case, accents, spaces around punctuation), so a generated token's
+# text and a scored text's tokens would not be the text.
+_UNSUPPORTED_KINDS = {
+    "WordPiece": "an encoder's tokenizer (BERT's) whose decoding does not give the text back",
+    "WordLevel": "a whole-word tokenizer whose decoding does not give the text back",
+}
+
+
+def _model_kind(path: Path) -> Optional[str]:
+    """The ``model.type`` of a tokenizer.json (None when the file does not say or is not JSON:
+    the library's parser then says what is wrong)."""
+    import json
+
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            content = json.load(fh)
+    except (OSError, ValueError, RecursionError):
+        return None
+    model = content.get("model") if isinstance(content, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def missing_tokenizer_message(folder: Union[str, "os.PathLike[str]", None]) -> str:
@@ -98,7 +123,9 @@ class Tokenizer:
         tokenizer.no_truncation()
         self._tk = tokenizer
         self._source = source
-        self._vocab_size = int(tokenizer.get_vocab_size(with_added_tokens=True))
+        # Ids need not be dense: the largest id (added tokens included) bounds them, not the count.
+        all_ids = tokenizer.get_vocab(with_added_tokens=True).values()
+        self._vocab_size = max(int(tokenizer.get_vocab_size(with_added_tokens=True)), max(all_ids, default=-1) + 1)
         self._special = {k: v for k, v in dict(special_tokens or {}).items() if v is not None}
         for k, v in self._special.items():
             if not isinstance(k, str) or not isinstance(v, str):
@@ -137,10 +164,17 @@ class Tokenizer:
         p = Path(os.fspath(path))
         if not p.is_file():
             raise FileNotFoundError(f"Tokenizer.from_file: no such file: {str(p)!r}")
+        kind = _model_kind(p)
+        if kind in _UNSUPPORTED_KINDS:
+            raise ValueError(f"Tokenizer.from_file: {str(p)!r} holds a {kind} tokenizer, "
+                             f"{_UNSUPPORTED_KINDS[kind]}; gptcore's text functions read BPE and Unigram "
+                             "tokenizers (GPT-2's byte-level BPE, Llama's, Mistral's, SentencePiece)")
         try:
             tok = _tokenizers().Tokenizer.from_file(str(p))
         except Exception as e:  # the Rust library raises a plain Exception for a malformed file
-            raise ValueError(f"Tokenizer.from_file: {str(p)!r} is not a valid tokenizer.json: {e}") from None
+            what = f"a {kind} tokenizer that" if kind else "no tokenizer"
+            raise ValueError(f"Tokenizer.from_file: {str(p)!r} is not a valid tokenizer.json: it holds {what} "
+                             f"the installed tokenizers library ({_tokenizers().__version__}) can read ({e})") from None
         return cls(tok, source=str(p))
 
     @classmethod
@@ -189,22 +223,10 @@ class Tokenizer:
                     raise ValueError(f"{fn}: {field} {text!r} in {str(tc_path)!r} is not in the tokenizer's vocabulary")
                 special[field] = text
         template = ChatTemplate.from_folder(folder)
-        eos_ids = None
-        for name in ("generation_config.json", "config.json"):
-            path = folder / name
-            if not path.is_file():
-                continue
-            content = _read_json(path, fn)
-            value = content.get("eos_token_id") if isinstance(content, dict) else None
-            if value is None:
-                continue
-            values = value if isinstance(value, list) else [value]
-            for v in values:
-                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < tok.vocab_size:
-                    raise ValueError(f"{fn}: eos_token_id {v!r} in {str(path)!r} is not an id of the tokenizer "
-                                     f"(0 .. {tok.vocab_size - 1})")
-            eos_ids = values
-            break
+        try:
+            eos_ids = eos_token_ids(folder, tok.vocab_size)
+        except ValueError as e:
+            raise ValueError(f"{fn}: {e}") from None
         if not special and template is None and eos_ids is None:
             return tok
         return cls(tok._tk, source=tok._source, special_tokens=special, eos_ids=eos_ids, chat_template=template)
@@ -229,6 +251,11 @@ class Tokenizer:
     def vocab_size(self) -> int:
         """Number of ids the tokenizer can produce (added tokens included)."""
         return self._vocab_size
+
+    @property
+    def source(self) -> Optional[str]:
+        """The file or folder the tokenizer was read from, or ``None``."""
+        return self._source
 
     @property
     def eos_id(self) -> Optional[int]:
@@ -283,6 +310,18 @@ class Tokenizer:
         return f"Tokenizer(vocab_size={self._vocab_size}{src})"
 
     # ------------------------------------------------------------------ text <-> ids
+    def leading_special_ids(self) -> np.ndarray:
+        """The ids ``encode(text, add_special_tokens=True)`` puts in front of every text (Llama
+        3's ``<|begin_of_text|>``), found by encoding a probe both ways; empty for most
+        tokenizers (GPT-2's, Qwen2's, SmolLM2's)."""
+        if not hasattr(self, "_lead"):
+            probe = "Liberty"
+            plain = self._tk.encode(probe, add_special_tokens=False).ids
+            full = self._tk.encode(probe, add_special_tokens=True).ids
+            k = next((i for i in range(len(full) - len(plain) + 1) if full[i:i + len(plain)] == plain), 0)
+            self._lead = np.array(full[:k], dtype=np.int64)
+        return self._lead.copy()
+
     def encode(self, text: str, *, add_special_tokens: bool = False) -> np.ndarray:
         """Token ids of ``text``, a 1-D ``int64`` array (empty for ``""``). Special tokens
         written in the text (``<|endoftext|>``) are recognised. With ``add_special_tokens``

@@ -15,9 +15,14 @@ One module per command (``gptcore.cli.info``, ``.demo``, ``.bench``, ``.generate
 what they share (argument types, the thread and model options, the loader, the exit-status
 contract) is in ``gptcore.cli._common``.
 
-Errors are one line on stderr. Exit status: 0 success, 1 a file or folder that is missing or
-cannot be used (no weights, no tokenizer, not UTF-8), 2 a bad command line (unknown option,
-value out of range, empty prompt), 130 interrupted (Ctrl-C).
+Errors are one line on stderr. Exit status: 0 success; 1 a file, folder or model that is
+missing or cannot be used (no weights, NaN weights, no tokenizer, not UTF-8), or work that
+could not all be done (a document that could not be scored, logits that turned non-finite,
+memory that ran out); 2 a bad command line (unknown option, value out of range, empty prompt,
+a request too large for this machine); 130 interrupted (Ctrl-C).
+
+The problems of ``GPTCORE_KERNEL`` and ``GPTCORE_NUM_THREADS`` are reported after the options
+are read (not when gptcore is imported), so that ``--threads`` silences the second.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from .. import __version__
+from .. import __version__, _env
 from . import bench, chat, demo, generate, info, perplexity, score
 from ._common import Fail
 
@@ -49,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``gptcore`` console script; returns the exit status."""
     args = build_parser().parse_args(None if argv is None else list(argv))
+    for msg in _env.take_pending(threads_given=getattr(args, "threads", None) is not None):
+        print(f"gptcore: warning: {msg}", file=sys.stderr)
     try:
         return args.func(args)
     except BrokenPipeError:  # output piped into a reader that stopped early (head)
@@ -59,6 +66,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"gptcore {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, MemoryError) as e:  # sizes the machine cannot hold, or out of range
+    except MemoryError as e:
+        if str(e):  # gptcore's own check, before the work: a request too large for this machine
+            print(f"gptcore {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        print(f"gptcore {args.command}: error: out of memory (the system refused an allocation; a smaller "
+              "--batch, --context or --max-line-bytes needs less)", file=sys.stderr)
+        return 1
+    except FloatingPointError as e:  # logits that are not finite: the model cannot go on
+        print(f"gptcore {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:  # a value out of range
         print(f"gptcore {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a file that cannot be read or written
+        print(f"gptcore {args.command}: error: {e}", file=sys.stderr)
+        return 1

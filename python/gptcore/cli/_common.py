@@ -1,9 +1,11 @@
 """What the commands share: the exit-status contract, argument types, thread and model
 options, the text model loader, and table formatting.
 
-Exit status (the contract of every command): 0 success, 1 a file or folder that is missing or
-cannot be used (``Fail``'s default), 2 a bad command line (``Fail(..., 2)``, an argparse
-error, or a ``ValueError``/``MemoryError`` that escapes a command), 130 interrupted (Ctrl-C).
+Exit status (the contract of every command): 0 success; 1 a file, folder or model that is
+missing or cannot be used, or work that could not all be done (``Fail``'s default; a document
+that could not be scored, logits that are not finite, memory that ran out); 2 a bad command
+line (``Fail(..., 2)``, an argparse error, a ``ValueError`` that escapes a command, a request
+too large for this machine's memory); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import math
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from ..hub import resolve as resolve_hub
 from ..linalg import set_num_threads
 from ..model import Model, load
+from ..weights.formats import WEIGHT_DTYPES
 
 __all__ = [
     "Fail",
@@ -25,6 +29,7 @@ __all__ = [
     "fmt_rate",
     "fmt_size",
     "load_text_model",
+    "resolve_model",
     "nonnegative_float",
     "nonnegative_int",
     "positive",
@@ -86,11 +91,13 @@ def probability(text: str) -> float:
 # ------------------------------------------------------------------------------ models, threads
 
 def add_model_options(cmd: argparse.ArgumentParser) -> None:
-    """``--tokenizer``, ``--threads`` and ``--dtype`` of the text commands."""
+    """``--tokenizer``, ``--threads``, ``--dtype`` and ``--weight-dtype`` of the text commands."""
     cmd.add_argument("--tokenizer", metavar="FOLDER", default=None,
                      help="folder with tokenizer.json or vocab.json + merges.txt (default: MODEL's)")
     cmd.add_argument("--threads", type=positive, default=None, help="threads (default: all cores)")
     cmd.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="default float32")
+    cmd.add_argument("--weight-dtype", choices=list(WEIGHT_DTYPES), default=None,
+                     help="store the weight matrices 16-bit (computing in float32; needs --dtype float32)")
 
 
 def apply_threads(args: argparse.Namespace) -> None:
@@ -105,15 +112,28 @@ def file_error(e: OSError) -> str:
     return f"{what}: {e.filename}" if e.filename else what
 
 
-def load_text_model(path: str, tokenizer: Optional[str], dtype: str) -> Model:
-    """``gptcore.load`` for the text commands, with every failure as a ``Fail``."""
-    p = Path(path)
+def resolve_model(path: str) -> str:
+    """MODEL as a local path: a file or folder here, else a Hugging Face Hub name found in the
+    cache or downloaded (``gptcore.hub``); a ``Fail`` (status 1) when it is neither."""
+    try:
+        p, _ = resolve_hub(path, fn="MODEL")
+    except (FileNotFoundError, ImportError) as e:
+        raise Fail(str(e).split(": ", 1)[-1] if str(e).startswith("MODEL: ") else str(e)) from None
     if not p.exists():
         raise Fail(f"no such model folder or file: {path!r}")
+    return str(p)
+
+
+def load_text_model(path: str, tokenizer: Optional[str], dtype: str, weight_dtype: Optional[str] = None) -> Model:
+    """``gptcore.load`` for the text commands, with every failure as a ``Fail``: status 2 for
+    options that do not go together, 1 for a model or tokenizer that cannot be used."""
+    if weight_dtype is not None and dtype != "float32":
+        raise Fail(f"--weight-dtype {weight_dtype} needs --dtype float32 (16-bit weights, float32 arithmetic)", 2)
+    local = resolve_model(path)
     if tokenizer is not None and not Path(tokenizer).is_dir():
         raise Fail(f"no such tokenizer folder: {tokenizer!r}")
     try:
-        model = load(p, dtype=dtype, tokenizer=tokenizer)
+        model = load(local, dtype=dtype, tokenizer=tokenizer, weight_dtype=weight_dtype)
     except FileNotFoundError as e:
         raise Fail(file_error(e)) from None
     except (ValueError, TypeError) as e:  # a broken checkpoint or tokenizer file

@@ -12,6 +12,7 @@ from typing import List, Tuple
 
 from ..accounting import chinchilla, flops_per_token, logits_memory, param_count
 from ..config import LLAMA_PRESETS, PRESETS, GPTConfig
+from ..hub import resolve as resolve_hub
 from ..lessons import lesson14_counting
 from ..tokenizer import Tokenizer
 from ..weights import gguf_checkpoint
@@ -87,9 +88,15 @@ def _model_arg(text: str) -> str:
     """``info``'s MODEL: a preset name in any case, or an existing folder or file."""
     if text.lower() in _PRESET_NAMES or Path(text).exists():
         return text
+    try:  # a Hugging Face Hub name already in the cache (info downloads nothing)
+        folder, repo = resolve_hub(text, fn="info", download=False)
+    except (FileNotFoundError, ImportError):
+        repo = None
+    if repo is not None:
+        return str(folder)
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {text!r} is neither a preset ({', '.join(_PRESET_NAMES)}) "
-        "nor an existing model folder, .safetensors file or .gguf file")
+        f"invalid choice: {text!r} is neither a preset ({', '.join(_PRESET_NAMES)}), an existing model folder, "
+        ".safetensors file or .gguf file, nor a model in the Hugging Face cache")
 
 
 def _describe(cfg: GPTConfig) -> str:
@@ -145,7 +152,7 @@ def _info_config(model: str) -> Tuple[GPTConfig, List[str]]:
     if gguf_checkpoint.is_gguf(p):
         return _gguf_config(p)
     try:
-        found = inspect_checkpoint(p, fn="info")
+        found = inspect_checkpoint(p, fn="info")  # headers only: described, not run
     except FileNotFoundError as e:
         raise Fail(file_error(e)) from None
     except (ValueError, TypeError) as e:

@@ -32,6 +32,7 @@ from ..config import GPTConfig
 from . import safetensors_file
 from .formats import (
     FORMATS,
+    first_nonfinite,
     keeps_float32,
     stored_bits,
     to_half_bits,
@@ -154,6 +155,11 @@ def _check_n_heads(fn: str, n_heads: Any) -> None:
         raise TypeError(f"{fn}: n_heads must be a positive int or None, got {n_heads!r}")
 
 
+def _check_flag(fn: str, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{fn}: {name} must be a bool, got {value!r}")
+
+
 def _checkpoint_files(p: Path) -> Tuple[List[Path], Optional[Path]]:
     """The safetensors files of the checkpoint at ``p`` and its ``config.json`` (or None)."""
     if not p.exists():
@@ -198,13 +204,23 @@ def _read_headers(fn: str, files: List[Path], folder: Optional[Path]) -> Tuple[L
     return entries, metadata
 
 
-def _read(fn: str, entry: safetensors_file.TensorEntry) -> np.ndarray:
+def _read(fn: str, entry: safetensors_file.TensorEntry, check_finite: bool = False) -> np.ndarray:
     try:
-        return safetensors_file.read_tensor(entry, fn)
+        a = safetensors_file.read_tensor(entry, fn)
     except FileNotFoundError:
         raise _not_found("the file disappeared while being read", entry.path) from None
     except OSError as e:
         raise _unreadable(entry.path, e) from None
+    if check_finite:
+        at = first_nonfinite(a, entry.dtype)
+        if at is not None:
+            flat = int(np.ravel_multi_index(at, a.shape)) if a.ndim else 0
+            value = float(widen(a.reshape(-1)[flat:flat + 1], entry.dtype)[0])
+            raise ValueError(
+                f"{fn}: tensor {entry.name!r} in {str(entry.path)!r} holds {value} at index {list(at)}: a "
+                "checkpoint with NaN or infinite weights gives NaN outputs (pass allow_nonfinite=True to "
+                "load it anyway, to debug it)")
+    return a
 
 
 def _stored_config(fn: str, p: Path, config_file: Optional[Path], metadata: Dict[str, str],
@@ -228,7 +244,7 @@ def _stored_config(fn: str, p: Path, config_file: Optional[Path], metadata: Dict
 
 
 def load_safetensors(
-    path: PathLike, *, n_heads: Optional[int] = None
+    path: PathLike, *, n_heads: Optional[int] = None, allow_nonfinite: bool = False
 ) -> Tuple[Weights, Optional[GPTConfig]]:
     """Read weights from a Hugging Face GPT-2 folder or a ``.safetensors`` file.
 
@@ -245,6 +261,10 @@ def load_safetensors(
     safetensors reader (``gptcore.weights.safetensors_file``: the header checked whole, then
     one tensor at a time; nothing is unpickled).
 
+    A tensor that holds a NaN or an infinity is a ``ValueError`` naming the tensor, the file
+    and the first such index, unless ``allow_nonfinite`` (found in the same pass that reads
+    the tensor: a sum per tensor, no copy).
+
     Raises ``FileNotFoundError`` (with the path) if nothing is there or a shard is missing,
     ``ValueError`` (naming the file) for a pickle checkpoint (with how to convert it), a file
     that cannot be read or is not valid safetensors, a ``config.json`` or
@@ -256,6 +276,7 @@ def load_safetensors(
     fn = "load_safetensors"
     p = _path(fn, path)
     _check_n_heads(fn, n_heads)
+    _check_flag(fn, "allow_nonfinite", allow_nonfinite)
     files, config_file = _checkpoint_files(p)
     entries, metadata = _read_headers(fn, files, p if p.is_dir() else None)
     # Read the configuration first: a model_type or setting gptcore cannot compute is reported
@@ -263,7 +284,7 @@ def load_safetensors(
     config, source = _stored_config(fn, p, config_file, metadata, n_heads)
     raw: Weights = {}
     for e in entries:
-        a = _read(fn, e)
+        a = _read(fn, e, check_finite=not allow_nonfinite)
         raw[e.name] = widen(a, "BF16") if e.dtype == "BF16" else a  # numpy has no bfloat16
 
     if config is not None:
@@ -344,7 +365,7 @@ def inspect_checkpoint(path: Any, n_heads: Optional[int] = None, fn: str = "load
 
 
 def open_lazy(
-    path: Any, weight_dtype: str, n_heads: Optional[int] = None
+    path: Any, weight_dtype: str, n_heads: Optional[int] = None, allow_nonfinite: bool = False
 ) -> Tuple[Dict[str, np.ndarray], GPTConfig, Callable[[str], Optional[np.ndarray]]]:
     """Open a checkpoint for a model whose weights are stored in ``weight_dtype`` (a 16-bit
     format) without reading its large tensors.
@@ -354,17 +375,20 @@ def open_lazy(
     metadata, or inferred from the shapes), and ``fetch(name)``, which reads one large tensor
     and returns its uint16 patterns in ``weight_dtype`` (None for a name it does not hold).
     Names, shapes, dtypes and byte counts are all checked first, as ``load_safetensors``
-    checks them. Each tensor is read once.
+    checks them; the values as each tensor is read (a NaN or an infinity is a ``ValueError``
+    naming the tensor, unless ``allow_nonfinite``). Each tensor is read once.
     """
     fn = "load"
     p = _path(fn, path)
+    _check_flag(fn, "allow_nonfinite", allow_nonfinite)
+    check = not allow_nonfinite
     config, _, entries = _checked_entries(fn, p, n_heads)
     kinds = {name: kind for name, _, kind in _tensor_kinds(config)}
     small: Dict[str, np.ndarray] = {}
     large: Dict[str, safetensors_file.TensorEntry] = {}
     for name, e in entries.items():
         if keeps_float32(kinds[name]):
-            small[name] = widen(_read(fn, e), e.dtype)
+            small[name] = widen(_read(fn, e, check), e.dtype)
         else:
             large[name] = e
 
@@ -372,7 +396,7 @@ def open_lazy(
         e = large.get(name)
         if e is None:
             return None
-        return stored_bits(_read(fn, e), e.dtype, weight_dtype)
+        return stored_bits(_read(fn, e, check), e.dtype, weight_dtype)
 
     return small, config, fetch
 

@@ -29,7 +29,7 @@ compute with them yet, so they are not ``WEIGHT_DTYPES``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -43,6 +43,7 @@ __all__ = [
     "FORMATS",
     "WEIGHT_DTYPES",
     "WeightFormat",
+    "first_nonfinite",
     "from_half_bits",
     "keeps_float32",
     "round_weights",
@@ -186,3 +187,47 @@ def stored_bits(raw: np.ndarray, stored: str, weight_dtype: str) -> np.ndarray:
     if stored == FORMATS[weight_dtype].safetensors:
         return raw.view(np.uint16)
     return to_half_bits(widen(raw, stored), weight_dtype)
+
+
+# Values checked at a time when a tensor's sum says it holds a NaN or an infinity (or its sum
+# overflowed): bounds the temporary arrays of the search.
+_SEARCH_CHUNK = 1 << 20
+
+
+def first_nonfinite(raw: np.ndarray, stored: str) -> Optional[Tuple[int, ...]]:
+    """The index of the first NaN or infinity of a tensor as a checkpoint stores it (``raw``
+    as ``safetensors_file.read_tensor`` returns it for the safetensors dtype ``stored``:
+    ``uint16`` patterns for ``"BF16"``), or None when every value is finite (integer tensors
+    always are).
+
+    One pass, no copy of the tensor: its sum is finite exactly when no value is NaN or
+    infinite, unless the sum of finite values overflows; only then (or when a value is not
+    finite) is it searched, a chunk at a time, for the first bad index.
+    """
+    flat = raw.reshape(-1)
+    if flat.size == 0:
+        return None
+    if stored == "BF16":
+        def values(lo: int, hi: int) -> np.ndarray:
+            return (flat[lo:hi].astype(np.uint32) << 16).view(np.float32)
+    elif stored == "F16":
+        def values(lo: int, hi: int) -> np.ndarray:
+            return flat[lo:hi].view(np.float16)
+    elif flat.dtype.kind == "f":
+        def values(lo: int, hi: int) -> np.ndarray:
+            return flat[lo:hi]
+    else:
+        return None
+    with np.errstate(all="ignore"):
+        if stored == "BF16":
+            total = sum(float(values(lo, lo + _SEARCH_CHUNK).sum())
+                        for lo in range(0, flat.size, _SEARCH_CHUNK))
+        else:
+            total = float(np.add.reduce(values(0, flat.size), dtype=np.float32 if stored == "F16" else None))
+    if np.isfinite(total):
+        return None
+    for lo in range(0, flat.size, _SEARCH_CHUNK):
+        bad = np.flatnonzero(~np.isfinite(values(lo, lo + _SEARCH_CHUNK)))
+        if bad.size:
+            return tuple(int(i) for i in np.unravel_index(lo + int(bad[0]), raw.shape))
+    return None  # finite values whose sum overflowed
