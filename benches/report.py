@@ -13,7 +13,7 @@ benches/_page.py); ``--write docs/performance.md`` puts them into the page in pl
 previous run's, leaving the prose alone.
 
     pip install '.[bench,baselines]'      # gptcore itself, threadpoolctl, the baselines
-    python benches/report.py              # about 15 minutes on 2 cores; prints the tables
+    python benches/report.py              # a quarter of an hour or more on 2 cores; prints
     python benches/report.py --write docs/performance.md
 
 Run it on an idle machine: the tables name the load average at start and end. A baseline
@@ -524,7 +524,7 @@ def memory_table(run: Run) -> str:
         rows.append([name, f"{held / mib:.0f} MiB", f"{build / mib:.0f} MiB",
                      f"{fwd / mib:.0f} MiB ({fwd / logits:.2f} x)"])
         log(f"memory {name} done")
-    out = table(["implementation", "holds, built", "peak while building", f"forward 1 x {MEMORY_T}"], rows)
+    out = table(["implementation", "held, built", "peak while building", f"forward 1 x {MEMORY_T}"], rows)
     note = (f"Resident memory of one fresh process per row, above what it held before (the float32 weights "
             f"arrays, {sum(v.nbytes for v in run.weights.values()) / (1 << 20):.0f} MiB, which the caller "
             f"owns; llama.cpp reads its GGUF file instead). The forward column is the peak above the built "

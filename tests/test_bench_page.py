@@ -1,6 +1,6 @@
 """The Performance page's generated blocks (benches/_page.py): benches/report.py replaces the
-tables between the page's markers and nothing else, and refuses a page whose markers are
-missing or doubled."""
+tables between the page's markers and nothing else, refuses a page whose markers are missing
+or doubled, and docs/performance.md holds every block, filled."""
 
 from __future__ import annotations
 
@@ -63,3 +63,12 @@ def test_bad_markers_are_refused(page, damage):
         page.replace_blocks(text, {"forward": "new", "generate": "new"}, where="perf.md")
     assert "perf.md" in str(info.value)
 
+
+def test_performance_page_holds_every_block_filled(page):
+    text = (_ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    bodies = page.read_blocks(text, page.BLOCKS, where="docs/performance.md")
+    assert set(bodies) == set(page.BLOCKS)
+    for name, body in bodies.items():
+        # a table written by report.py: a header, its rule and at least one row
+        rows = [line for line in body.splitlines() if line.startswith("|")]
+        assert len(rows) >= 3, f"docs/performance.md: the {name} block holds no table"
