@@ -11,6 +11,7 @@ pub mod buffer_pool;
 pub mod decoder;
 pub mod element;
 pub mod error;
+pub mod formats;
 pub mod gemm;
 pub mod half;
 pub mod kernels;

@@ -10,7 +10,7 @@
 //! buffer is an ordinary zeroed allocation.
 
 use crate::error::{Error, Result};
-use crate::gemm::pack::PanelValue;
+use crate::formats::PanelValue;
 use crate::Element;
 
 /// Buffers at least this large are advised to use huge pages.

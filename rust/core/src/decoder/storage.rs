@@ -8,8 +8,8 @@
 //! they load it and run the same FMA chains, and an embedding row is widened before the same
 //! additions.
 
-use super::schema::{Tensor, TensorSpec};
-use super::Float;
+use super::float::Float;
+use super::tensor::{Tensor, TensorSpec};
 use crate::gemm::{gemm_packed, MatRef, Options, PackedB};
 use crate::half::{from_bits_slice, from_bits_vec, Bf16, HalfFormat, WeightFormat, F16};
 use crate::Result;

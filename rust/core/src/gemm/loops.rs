@@ -49,32 +49,16 @@
 //! of 1024 tokens unchanged (float32 and bfloat16 weights). Into L1 instead: the same. The AVX-512
 //! tile prefetches A in its depth steps; the loops' fetch as well cost it 2-4 % on float64.
 
-use super::pack::{pack_a_into, pack_a_panel, packs_on_every_thread, KBlocks, PackedB, PanelValue};
-use super::MatRef;
-use super::{tuning, BSource, Epilogue, Tile};
+use super::options::{Epilogue, Tile};
+use super::pack::{pack_a_into, pack_a_panel, packs_on_every_thread, KBlocks, PackedB};
+use super::source::BSource;
+use super::tuning::{self, ROW_QUANTUM};
+use super::view::MatRef;
+use crate::formats::PanelValue;
 use crate::kernels::{GemmKernels, TileCopyFn, TilePrefetchFn, WIDE_ROWS};
 use crate::threads;
 use crate::Element;
 use std::sync::atomic::{AtomicU8, Ordering};
-
-/// Rows of A handled by one work item (a multiple of every family's MR, which divides 12).
-pub const MC: usize = 192;
-
-/// Panels of B (of NR columns) in one column group: a group's C tile (MC x 8 NR) stays in L2
-/// while it goes through every depth block (a multiple of 4 for the wide kernel).
-pub const NC_PANELS: usize = 8;
-
-/// Packed B spanned by one column chunk when several row blocks go through a B of more than
-/// four times this (a B that does not stay in the L3 cache, such as the LM head's): the row
-/// blocks of a chunk run one after the other (two threads side by side), so the chunk is read
-/// from memory once and then from the L3 cache, instead of once per row block.
-pub const B_CHUNK_BYTES: usize = 4 << 20;
-
-/// Tiles are shared out in row blocks of whole groups of this many rows.
-pub const ROW_QUANTUM: usize = 12;
-
-/// Products below this many multiply-adds run on the calling thread alone.
-pub const PARALLEL_MIN_FLOPS: f64 = 262_144.0;
 
 /// Values of A from which the work items pack A as they go (a row block's panels of one depth
 /// block right before their first use), when there are at least as many row blocks as threads:
@@ -86,11 +70,6 @@ pub const PARALLEL_MIN_FLOPS: f64 = 262_144.0;
 /// 1.00, 1.00 and 1024 x 768 x 2304 1.01; float64, one thread, 1.00 / 1.02 / 1.02 on
 /// 1024 x 768 x 3072 / 512 x 768 x 768 / 256 x 3072 x 768.
 pub const A_LAZY_MIN: usize = 1 << 18;
-
-/// Whether an (m x k) by (k x n) product is large enough to run on every thread.
-pub(super) fn runs_on_every_thread(m: usize, k: usize, n: usize) -> bool {
-    m as f64 * k as f64 * n as f64 >= PARALLEL_MIN_FLOPS
-}
 
 /// How the product is cut into work items.
 struct Plan {
@@ -107,7 +86,7 @@ struct Plan {
 impl Plan {
     fn new<W: PanelValue>(m: usize, n: usize, kb: KBlocks, wide: bool) -> Plan {
         let panels = n.div_ceil(W::PANEL_NR);
-        let nthreads = if !runs_on_every_thread(m, kb.k, n) {
+        let nthreads = if !tuning::runs_on_every_thread(m, kb.k, n) {
             1
         } else {
             threads::available()
@@ -787,7 +766,7 @@ thread_local! {
 /// when the thread's own is in use further up its stack).
 fn with_group_buffer<W: Copy, R>(len: usize, f: impl FnOnce(*mut W) -> R) -> R {
     // Room to start the copy on a cache line, as packed panels do (see `PackedB`).
-    const LINE: usize = super::PACKED_ALIGN;
+    const LINE: usize = super::pack::PACKED_ALIGN;
     let words = (len * std::mem::size_of::<W>()).div_ceil(8) + LINE / 8;
     let run = |v: &mut Vec<u64>| {
         if v.len() < words {

@@ -8,61 +8,12 @@
 //! columns, so the kernels never read outside the packed buffers; A's last panel has room for
 //! `mr` rows, of which the kernels read only the live ones.
 
-use super::MatRef;
-use crate::half::{Bf16, F16};
+use super::tuning;
+use super::view::MatRef;
+use crate::formats::PanelValue;
 use crate::kernels::{GemmKernels, Kernel};
 use crate::threads;
 use crate::Element;
-
-/// What a packed right-hand side can hold: the compute types themselves, or 16-bit storage
-/// ([`Bf16`], [`F16`]) that the kernels widen to float32 as they load it.
-pub trait PanelValue: Copy + Send + Sync + 'static {
-    /// Columns in one panel (the same for every kernel of the type).
-    const PANEL_NR: usize;
-    /// Whether a panel may be stored as two halves (see [`PackedB`]), for a kernel family
-    /// that asks for them: float32 and float64 (a step of a panel is two cache lines or
-    /// more), not 16-bit values (a step is one line, which a half-width strip reads half of
-    /// anyway).
-    const HALVES: bool;
-    /// The padding value of a partial last panel.
-    const PAD: Self;
-    /// Largest depth block.
-    fn kc_max() -> usize;
-}
-
-impl<T: Element> PanelValue for T {
-    const PANEL_NR: usize = T::NR;
-    const HALVES: bool = true;
-    const PAD: Self = T::ZERO;
-    #[inline(always)]
-    fn kc_max() -> usize {
-        super::tuning::kc_max::<T>()
-    }
-}
-
-/// 16-bit values use float32's panel width (the kernels widen one 16-lane half at a time)
-/// and its depth blocks.
-macro_rules! half_panel {
-    ($h:ty) => {
-        impl PanelValue for $h {
-            const PANEL_NR: usize = f32::NR;
-            const HALVES: bool = false;
-            const PAD: Self = <$h>::ZERO_BITS;
-            #[inline(always)]
-            fn kc_max() -> usize {
-                super::tuning::kc_max::<f32>()
-            }
-        }
-    };
-}
-impl Bf16 {
-    pub const ZERO_BITS: Bf16 = Bf16(0);
-}
-impl F16 {
-    pub const ZERO_BITS: F16 = F16(0);
-}
-half_panel!(Bf16);
-half_panel!(F16);
 
 /// How K is cut into depth blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,7 +169,7 @@ impl<T: PanelValue> PackedB<T> {
         assert!(start * std::mem::size_of::<T>() < PACKED_ALIGN);
         let len = Self::packed_len(k, n);
         let vals = &mut data[start..start + len];
-        let kb = KBlocks::new(k, T::kc_max());
+        let kb = KBlocks::new(k, tuning::kc_max::<T>());
         let panels = n.div_ceil(T::PANEL_NR);
         let npad = panels * T::PANEL_NR;
         if k > 0 && n < npad {
@@ -459,7 +410,7 @@ pub(crate) fn pack_a<T: Element, W>(
 /// Whether all of A is packed on every thread for an (m x k) by (k x n) product: from
 /// [`A_PARALLEL_MIN`] values, for a product that runs on every thread.
 pub(crate) fn packs_on_every_thread(m: usize, k: usize, n: usize) -> bool {
-    m * k >= A_PARALLEL_MIN && super::loops::runs_on_every_thread(m, k, n)
+    m * k >= A_PARALLEL_MIN && tuning::runs_on_every_thread(m, k, n)
 }
 
 /// Grows `out` to the length of A packed by [`pack_a`] (M rounded up to `mr`, times K) when it

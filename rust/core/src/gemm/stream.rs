@@ -1,7 +1,7 @@
 //! Few rows of A against B read in place along whole rows (the family's stream kernel): the
 //! columns are cut into one contiguous range per thread.
 
-use super::MatRef;
+use super::view::MatRef;
 use crate::kernels::StreamFn;
 use crate::threads;
 use crate::Element;

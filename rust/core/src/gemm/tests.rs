@@ -1,7 +1,8 @@
 use super::*;
 use crate::threads;
-use pack::{line_start, KBlocks};
+use pack::{line_start, pack_a, KBlocks};
 use rand::{Rng, SeedableRng};
+use slabs::{l2_holds_one_slab, pack_by_slabs, slab_columns, slab_count};
 
 fn gemm_with<T: GemmElement>(
     kernel: Kernel,
@@ -463,7 +464,10 @@ fn packed_panels_start_on_a_cache_line() {
                 assert_eq!((addr + s * size) % PACKED_ALIGN, 0, "{}", T::NAME);
             }
         }
-        for (k, n) in [(T::kc_max() + 5, 3), (7, 2 * T::PANEL_NR + 3)] {
+        for (k, n) in [
+            (crate::gemm::tuning::kc_max::<T>() + 5, 3),
+            (7, 2 * T::PANEL_NR + 3),
+        ] {
             let b: Vec<T> = (0..k * n).map(|i| T::from_f64((i % 97) as f64)).collect();
             let view = MatRef::from_slice(&b, k, n);
             for halves in [false, true] {
@@ -501,7 +505,7 @@ fn packed_panels_start_on_a_cache_line() {
 #[test]
 fn packed_layout_follows_the_kernel_family() {
     fn check<T: PanelValue + Element>(halves_for_avx2: bool) {
-        let (k, n) = (T::kc_max() + 7, 2 * T::PANEL_NR + 5);
+        let (k, n) = (crate::gemm::tuning::kc_max::<T>() + 7, 2 * T::PANEL_NR + 5);
         let b: Vec<T> = (0..k * n).map(|i| T::from_f64((i % 89) as f64)).collect();
         let view = MatRef::from_slice(&b, k, n);
         for kernel in Kernel::ALL {

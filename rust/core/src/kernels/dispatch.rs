@@ -5,6 +5,16 @@
 //! (if the CPU has it).
 //! What each family needs of the CPU is the family's own business (`Family::supported`).
 
+use super::contract::GemmKernels;
+use super::family::Family;
+#[cfg(target_arch = "aarch64")]
+use super::neon;
+use super::portable;
+use super::probe::Probe;
+#[cfg(target_arch = "x86_64")]
+use super::{avx2, avx512};
+use crate::half::{Bf16, F16};
+use crate::Element;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -118,4 +128,121 @@ pub fn set_kernel(k: Option<Kernel>) -> crate::Result<Kernel> {
     };
     ACTIVE.store(k.code(), Ordering::Relaxed);
     Ok(k)
+}
+
+/// Calls `$body` with `$F` bound to the family type of kernel `$k`.
+macro_rules! with_family {
+    ($k:expr, $F:ident => $body:expr) => {
+        match $k {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => {
+                type $F = avx512::Avx512;
+                $body
+            }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => {
+                type $F = avx2::Avx2;
+                $body
+            }
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon => {
+                type $F = neon::Neon;
+                $body
+            }
+            // Portable, and the kernels not built for this architecture (never supported).
+            #[allow(unreachable_patterns)]
+            _ => {
+                type $F = portable::Portable;
+                $body
+            }
+        }
+    };
+}
+
+/// Kernel `k`'s FMA probe ([`super::peak`]), float64 when `double`.
+///
+/// # Safety
+/// The CPU supports `k`.
+pub(super) unsafe fn fma_probe(k: Kernel, double: bool, rounds: usize) -> Probe {
+    with_family!(k, F => if double { F::fma_probe_f64(rounds) } else { F::fma_probe_f32(rounds) })
+}
+
+impl Kernel {
+    /// Runs `f` compiled for this family's instructions (plain code where the CPU lacks them:
+    /// the bits are the same either way, only the speed differs). `f` should call
+    /// `#[inline(always)]` code so that it is compiled inside the family's context.
+    #[inline(always)]
+    pub fn vectorized<R>(self, f: impl FnOnce() -> R) -> R {
+        if !self.supported() {
+            return f();
+        }
+        // SAFETY: checked just above.
+        with_family!(self, F => unsafe { F::vectorized(f) })
+    }
+
+    fn family_supported(self) -> bool {
+        with_family!(self, F => F::supported())
+    }
+
+    /// Whether B panels packed for this kernel are stored as two halves where the value type
+    /// allows them (float32, float64): see [`crate::gemm::PackedB`].
+    pub fn half_panels(self) -> bool {
+        with_family!(self, F => F::HALF_PANELS)
+    }
+}
+
+/// Per-type table of the kernels.
+pub trait HasKernels: Element {
+    fn gemm_kernels(k: Kernel) -> GemmKernels<Self>;
+}
+
+impl HasKernels for f32 {
+    fn gemm_kernels(k: Kernel) -> GemmKernels<f32> {
+        with_family!(k, F => F::gemm_f32())
+    }
+}
+
+impl HasKernels for f64 {
+    fn gemm_kernels(k: Kernel) -> GemmKernels<f64> {
+        with_family!(k, F => F::gemm_f64())
+    }
+}
+
+/// The kernels for A and C of type `Self` against a B holding `W` (every family: the
+/// portable ones where a family has none of its own).
+pub trait KernelsFor<W>: Element {
+    fn kernels_for(k: Kernel) -> GemmKernels<Self, W>;
+}
+
+impl<T: HasKernels> KernelsFor<T> for T {
+    #[inline]
+    fn kernels_for(k: Kernel) -> GemmKernels<T, T> {
+        T::gemm_kernels(k)
+    }
+}
+
+impl KernelsFor<Bf16> for f32 {
+    fn kernels_for(k: Kernel) -> GemmKernels<f32, Bf16> {
+        with_family!(k, F => F::gemm_f32_bf16())
+    }
+}
+
+impl KernelsFor<F16> for f32 {
+    fn kernels_for(k: Kernel) -> GemmKernels<f32, F16> {
+        with_family!(k, F => F::gemm_f32_f16())
+    }
+}
+
+/// float64 against half-size B: the portable kernels (the decoder's float64 reference path
+/// with half-size weights; exact, not tuned).
+impl KernelsFor<Bf16> for f64 {
+    fn kernels_for(_: Kernel) -> GemmKernels<f64, Bf16> {
+        portable::half_kernels::<f64, Bf16>()
+    }
+}
+
+impl KernelsFor<F16> for f64 {
+    fn kernels_for(_: Kernel) -> GemmKernels<f64, F16> {
+        portable::half_kernels::<f64, F16>()
+    }
 }

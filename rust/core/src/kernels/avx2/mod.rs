@@ -7,7 +7,8 @@ mod half;
 pub(super) mod pack;
 mod peak;
 
-use super::{Family, GemmKernels};
+use super::contract::GemmKernels;
+use super::family::Family;
 use crate::half::{Bf16, F16};
 
 pub(super) struct Avx2;
@@ -90,11 +91,11 @@ impl Family for Avx2 {
         run(f)
     }
 
-    unsafe fn fma_probe_f32(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f32(rounds: usize) -> super::probe::Probe {
         peak::fma_f32(rounds)
     }
 
-    unsafe fn fma_probe_f64(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f64(rounds: usize) -> super::probe::Probe {
         peak::fma_f64(rounds)
     }
 }

@@ -5,7 +5,8 @@ mod gemm;
 mod half;
 mod peak;
 
-use super::{Family, GemmKernels};
+use super::contract::GemmKernels;
+use super::family::Family;
 use crate::half::{Bf16, F16};
 
 pub(super) struct Avx512;
@@ -76,11 +77,11 @@ impl Family for Avx512 {
         run(f)
     }
 
-    unsafe fn fma_probe_f32(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f32(rounds: usize) -> super::probe::Probe {
         peak::fma_f32(rounds)
     }
 
-    unsafe fn fma_probe_f64(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f64(rounds: usize) -> super::probe::Probe {
         peak::fma_f64(rounds)
     }
 }

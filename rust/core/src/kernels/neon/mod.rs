@@ -6,7 +6,8 @@
 mod gemm;
 mod peak;
 
-use super::{Family, GemmKernels};
+use super::contract::GemmKernels;
+use super::family::Family;
 use crate::half::{Bf16, F16};
 
 pub(super) struct Neon;
@@ -73,11 +74,11 @@ impl Family for Neon {
         f()
     }
 
-    unsafe fn fma_probe_f32(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f32(rounds: usize) -> super::probe::Probe {
         peak::fma_f32(rounds)
     }
 
-    unsafe fn fma_probe_f64(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f64(rounds: usize) -> super::probe::Probe {
         peak::fma_f64(rounds)
     }
 }

@@ -1,6 +1,6 @@
 //! The portable micro-kernel: plain Rust loops over a runtime tile.
 use super::fma::RowFma;
-use crate::gemm::PanelValue;
+use crate::formats::PanelValue;
 use crate::kernels::b_at;
 
 pub const MR: usize = 4;

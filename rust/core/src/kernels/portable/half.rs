@@ -3,7 +3,7 @@
 
 use super::fma::RowFma;
 use super::gemm::{tile, MR};
-use crate::gemm::PanelValue;
+use crate::formats::PanelValue;
 use crate::half::HalfFormat;
 use crate::kernels::GemmKernels;
 

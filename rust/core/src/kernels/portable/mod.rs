@@ -8,7 +8,8 @@ mod half;
 
 pub(super) use half::half_kernels;
 
-use super::{Family, GemmKernels};
+use super::contract::GemmKernels;
+use super::family::Family;
 
 pub(super) struct Portable;
 
