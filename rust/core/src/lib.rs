@@ -13,7 +13,6 @@ pub mod element;
 pub mod error;
 pub mod formats;
 pub mod gemm;
-pub mod half;
 pub mod kernels;
 pub mod kv_cache;
 pub mod memory;

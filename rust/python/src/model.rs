@@ -8,7 +8,7 @@
 use crate::convert::{detach, to_py_err};
 use crate::pooled::{into_array, Poolable};
 use gptcore_core::decoder::{Config, Float, Logits, Model, Request, Tensor, TensorSpec};
-use gptcore_core::half::WeightFormat;
+use gptcore_core::formats::WeightFormat;
 use gptcore_core::kv_cache::KvCache;
 use gptcore_core::Error;
 use numpy::{
@@ -176,8 +176,8 @@ fn build<T: Float + numpy::Element>(
     detach(py, || Model::new(cfg, &map))?.map_err(to_py_err)
 }
 
-/// A float32 model with 16-bit weights (see [`NativeModel::new`]).
-fn build_half(
+/// A float32 model with stored weights (see [`NativeModel::new`]).
+fn build_stored(
     py: Python<'_>,
     cfg: Config,
     weights: &Bound<'_, PyDict>,
@@ -320,14 +320,14 @@ impl NativeModel {
     ) -> PyResult<Self> {
         let cfg = config_from_py(config)?;
         if let Some(wd) = weight_dtype {
-            let format = crate::half::parse_format("weight_dtype", wd)?;
+            let format = crate::formats::parse_format("weight_dtype", wd)?;
             if dtype != "float32" {
                 return Err(PyValueError::new_err(format!(
                     "weight_dtype={wd:?} needs dtype 'float32' (16-bit weights, float32 \
                      arithmetic), got dtype {dtype:?}"
                 )));
             }
-            let inner = AnyModel::F32(build_half(py, cfg, weights, format, fetch)?);
+            let inner = AnyModel::F32(build_stored(py, cfg, weights, format, fetch)?);
             return Ok(NativeModel {
                 inner,
                 id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed),

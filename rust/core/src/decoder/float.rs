@@ -1,14 +1,10 @@
 //! The floating-point types the decoder computes in.
 
 use crate::gemm::GemmElement;
-use crate::half::{Bf16, F16};
-use crate::kernels::{HasKernels, KernelsFor};
+use crate::kernels::{HasKernels, KernelsForStored};
 use crate::ops::Transcendental;
 
-/// Floating-point types the decoder runs in.
-pub trait Float:
-    GemmElement + HasKernels + Transcendental + KernelsFor<Bf16> + KernelsFor<F16>
-{
-}
+/// Floating-point types the decoder runs in (with kernels against every stored format).
+pub trait Float: GemmElement + HasKernels + Transcendental + KernelsForStored {}
 impl Float for f32 {}
 impl Float for f64 {}

@@ -27,7 +27,7 @@ pub mod storage;
 mod tensor;
 mod workspace;
 
-pub use crate::half::WeightFormat;
+pub use crate::formats::WeightFormat;
 pub use block::Block;
 pub use config::Config;
 pub use embedding::Embedding;
@@ -36,7 +36,7 @@ pub use linear::Linear;
 pub use norm::Norm;
 pub use pass::Pass;
 pub use schema::{schema, Layout, Tensor, TensorSpec};
-pub use storage::{Fetch, Packed, Table};
+pub use storage::{storage, Fetch, Packed, PackedWeights, Table, TableRows, WeightStorage};
 
 use crate::buffer_pool::BufferPool;
 use crate::gemm::{MatRef, Options};
@@ -414,6 +414,6 @@ impl<T: Float> Model<T> {
 }
 
 #[cfg(test)]
-mod half_tests;
+mod format_tests;
 #[cfg(test)]
 mod tests;

@@ -1,49 +1,40 @@
-//! What the right-hand side of a product can hold: the compute types themselves, or storage
-//! that the kernels widen exactly to float32 as they load it.
+//! Weight storage formats: how the right-hand side of a product is stored in its packed panels,
+//! and how the kernels widen it, exactly, to the compute type as they load it.
+//!
+//! A format is a type implementing [`StorageFormat`] (one unit of storage: a value, or a byte
+//! of a block) and [`WidensTo`] (what a panel's depth step holds, widened). The compute types
+//! are formats of their own (`compute.rs`: float32 and float64 panels are read as they are);
+//! below them, [`Bf16`] and [`F16`] store single values ([`Float16Format`]). A format whose
+//! values come in blocks along the depth K (`q8_0` / `q4_0`: 32 weights and one float16 scale
+//! per block and column) sets [`StorageFormat::BLOCK_K`] to the block's depth: packed depth
+//! blocks are then whole multiples of it, and a panel stores, for each block, its columns'
+//! scales and values in the units the format chooses ([`StorageFormat::PANEL_BLOCK_UNITS`]).
+//!
+//! # Adding a format
+//! 1. One file here: the unit type, [`StorageFormat`], [`WidensTo`] (the portable definition
+//!    of its values, which the portable kernels run), and its rounding from float32.
+//! 2. One line in `for_each_stored_format!` (`registry.rs`): the kernels then take it in every
+//!    family (the
+//!    portable kernels in a family that has none of its own), the decoder stores weights in
+//!    it, and `weight_dtype` accepts its name.
+//! 3. Optionally, one kernel file per family (`kernels/<family>/<format>.rs`) and the family's
+//!    method for the format returning them.
+//!
+//! Whatever the format, the products' contract holds for the widened values: a product with a
+//! stored right-hand side gives, bit for bit, the product whose right-hand side holds the
+//! values the format widens to.
 
-use crate::half::{Bf16, F16};
-use crate::Element;
+mod bf16;
+mod compute;
+mod f16;
+mod format;
+mod registry;
 
-/// What a packed right-hand side can hold: the compute types themselves, or 16-bit storage
-/// ([`Bf16`], [`F16`]) that the kernels widen to float32 as they load it.
-pub trait PanelValue: Copy + Send + Sync + 'static {
-    /// Columns in one panel (the same for every kernel of the type).
-    const PANEL_NR: usize;
-    /// Whether a panel may be stored as two halves (see [`crate::gemm::PackedB`]), for a family
-    /// that asks for them: float32 and float64 (a step of a panel is two cache lines or
-    /// more), not 16-bit values (a step is one line, which a half-width strip reads half of
-    /// anyway).
-    const HALVES: bool;
-    /// The padding value of a partial last panel.
-    const PAD: Self;
-    /// Largest depth block (the loops' tuning may set another).
-    const PANEL_KC_MAX: usize;
-}
-
-impl<T: Element> PanelValue for T {
-    const PANEL_NR: usize = T::NR;
-    const HALVES: bool = true;
-    const PAD: Self = T::ZERO;
-    const PANEL_KC_MAX: usize = T::KC_MAX;
-}
-
-/// 16-bit values use float32's panel width (the kernels widen one 16-lane half at a time)
-/// and its depth blocks.
-macro_rules! half_panel {
-    ($h:ty) => {
-        impl PanelValue for $h {
-            const PANEL_NR: usize = <f32 as Element>::NR;
-            const HALVES: bool = false;
-            const PAD: Self = <$h>::ZERO_BITS;
-            const PANEL_KC_MAX: usize = <f32 as Element>::KC_MAX;
-        }
-    };
-}
-impl Bf16 {
-    pub const ZERO_BITS: Bf16 = Bf16(0);
-}
-impl F16 {
-    pub const ZERO_BITS: F16 = F16(0);
-}
-half_panel!(Bf16);
-half_panel!(F16);
+pub use bf16::Bf16;
+pub use f16::F16;
+pub use format::{
+    b_at, half_offset, values_of_bits, vec_of_bits, widen_values, BPanel, Bits16, Float16Format,
+    StorageFormat, ValueFormat, WidensTo,
+};
+pub(crate) use registry::for_each_stored_format;
+pub use registry::{StoredFormat, WeightFormat};

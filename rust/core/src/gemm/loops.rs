@@ -54,7 +54,7 @@ use super::pack::{pack_a_into, pack_a_panel, packs_on_every_thread, KBlocks, Pac
 use super::source::BSource;
 use super::tuning::{self, ROW_QUANTUM};
 use super::view::MatRef;
-use crate::formats::PanelValue;
+use crate::formats::StorageFormat;
 use crate::kernels::{GemmKernels, TileCopyFn, TilePrefetchFn, WIDE_ROWS};
 use crate::threads;
 use crate::Element;
@@ -84,7 +84,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn new<W: PanelValue>(m: usize, n: usize, kb: KBlocks, wide: bool) -> Plan {
+    fn new<W: StorageFormat>(m: usize, n: usize, kb: KBlocks, wide: bool) -> Plan {
         let panels = n.div_ceil(W::PANEL_NR);
         let nthreads = if !tuning::runs_on_every_thread(m, kb.k, n) {
             1
@@ -99,7 +99,7 @@ impl Plan {
         let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };
         let nchunks = want_items.div_ceil(mblocks).clamp(1, panels);
         let mut per_chunk = panels.div_ceil(nchunks);
-        let panel_bytes = kb.k * W::PANEL_NR * std::mem::size_of::<W>();
+        let panel_bytes = W::panel_units(kb.k) * std::mem::size_of::<W>();
         if mblocks > 1 && panels * panel_bytes > tuning::b_chunk_bytes() * 4 {
             let cap = (tuning::b_chunk_bytes() / panel_bytes).max(1);
             if per_chunk > cap {
@@ -143,7 +143,7 @@ impl Plan {
 /// `c` points to `m` rows of `n` writable values, `ldc` apart, that nothing else reads or
 /// writes during the call.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn run<T: Element, W: PanelValue>(
+pub(super) unsafe fn run<T: Element, W: StorageFormat>(
     kernels: GemmKernels<T, W>,
     m: usize,
     n: usize,
@@ -346,10 +346,10 @@ struct Ahead<W> {
     lines: usize,
 }
 
-impl<W: PanelValue> Ahead<W> {
+impl<W: StorageFormat> Ahead<W> {
     /// Panels `g0..g1` of depth block `p` of `pb`.
     fn of(pb: &PackedB<W>, kb: KBlocks, p: usize, (g0, g1): (usize, usize)) -> Self {
-        let bytes = (g1 - g0) * kb.block(p).1 * W::PANEL_NR * std::mem::size_of::<W>();
+        let bytes = (g1 - g0) * W::panel_units(kb.block(p).1) * std::mem::size_of::<W>();
         Ahead {
             start: pb.panel(p, g0),
             lines: bytes.div_ceil(64),
@@ -394,7 +394,7 @@ impl<W> Ahead<W> {
 /// products, float64 the most (alternating builds in one process).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn macro_kernel<T: Element, W: PanelValue>(
+fn macro_kernel<T: Element, W: StorageFormat>(
     kernels: &GemmKernels<T, W>,
     kb: KBlocks,
     p: usize,
@@ -613,7 +613,7 @@ pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
 /// to 69 GFLOP/s.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn few_rows_in_chunks<T: Element, W: PanelValue>(
+fn few_rows_in_chunks<T: Element, W: StorageFormat>(
     tile_prefetch: TilePrefetchFn<T, W>,
     mr: usize,
     kc: usize,

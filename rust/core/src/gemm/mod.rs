@@ -25,7 +25,7 @@ mod stream;
 pub mod tuning;
 mod view;
 
-pub use crate::formats::PanelValue;
+pub use crate::formats::StorageFormat;
 pub use crate::kernels::{
     available, current as current_kernel, detect, require as require_kernel, set_kernel, Kernel,
 };
@@ -182,7 +182,7 @@ pub fn gemm<T: GemmElement>(
 /// `C = A B` for a B packed ahead that holds `W` (the compute type itself, or 16-bit storage
 /// the kernels widen exactly as they load it: then C is, bit for bit, the product with the
 /// widened B), then the epilogue as in [`gemm`]. Never fails.
-pub fn gemm_packed<T: GemmElement + KernelsFor<W>, W: PanelValue>(
+pub fn gemm_packed<T: GemmElement + KernelsFor<W>, W: StorageFormat>(
     a: MatRef<'_, T>,
     b: &PackedB<W>,
     c: &mut [T],
@@ -193,7 +193,7 @@ pub fn gemm_packed<T: GemmElement + KernelsFor<W>, W: PanelValue>(
 }
 
 /// Pack A with the family's tile height and run the loops.
-fn run<T: GemmElement + KernelsFor<W>, W: PanelValue>(
+fn run<T: GemmElement + KernelsFor<W>, W: StorageFormat>(
     a: MatRef<'_, T>,
     b: &BSource<'_, W>,
     c: &mut [T],
@@ -259,6 +259,6 @@ pub fn matmul<T: GemmElement>(a: &[T], b: &[T], m: usize, k: usize, n: usize) ->
 }
 
 #[cfg(test)]
-mod half_tests;
+mod format_tests;
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@
 
 use super::tuning;
 use super::view::MatRef;
-use crate::formats::PanelValue;
+use crate::formats::{BPanel, StorageFormat, ValueFormat, WidensTo};
 use crate::kernels::{GemmKernels, Kernel};
 use crate::threads;
 use crate::Element;
@@ -36,6 +36,28 @@ impl KBlocks {
             count: k.div_ceil(kc),
         }
     }
+    /// Blocks of at most `kc_max` steps (rounded up to a multiple of `align`) whose lengths are
+    /// multiples of `align`, the last one excepted: for a format whose blocks span `align`
+    /// depth steps. `align == 1` is [`KBlocks::new`].
+    pub fn aligned(k: usize, kc_max: usize, align: usize) -> KBlocks {
+        if align <= 1 || k == 0 {
+            return KBlocks::new(k, kc_max);
+        }
+        let kc_max = kc_max.div_ceil(align) * align;
+        let count = k.div_ceil(kc_max);
+        let kc = k.div_ceil(count).div_ceil(align) * align;
+        KBlocks {
+            k,
+            kc,
+            count: k.div_ceil(kc),
+        }
+    }
+
+    /// The depth blocks of a B stored as `W` ([`KBlocks::aligned`] to its blocks).
+    pub fn for_format<W: StorageFormat>(k: usize) -> KBlocks {
+        KBlocks::aligned(k, tuning::kc_max::<W>(), W::BLOCK_K)
+    }
+
     /// (start, length) of block p.
     #[inline(always)]
     pub fn block(&self, p: usize) -> (usize, usize) {
@@ -81,7 +103,7 @@ pub(crate) fn line_start<T>(addr: usize) -> usize {
 /// a page boundary, which put the panels 16, 32 or 48 bytes past a line: every other 32-byte
 /// AVX2 load then spanned two lines. With the AVX2 kernels on an AMD EPYC (Zen 4, 2 cores),
 /// aligning them made GPT-2 small forwards 5-9 % faster (see `docs/performance.md`).
-pub struct PackedB<T: PanelValue> {
+pub struct PackedB<T> {
     data: Vec<T>,
     /// Values of `data` before the first panel (fewer than a cache line's worth).
     start: usize,
@@ -92,7 +114,136 @@ pub struct PackedB<T: PanelValue> {
     halves: bool,
 }
 
-impl<T: PanelValue> PackedB<T> {
+impl<T: StorageFormat> PackedB<T> {
+    /// Units a packed (K x N) matrix holds (its last panel padded to NR columns, its last
+    /// block of a block format to whole blocks).
+    pub fn packed_len(k: usize, n: usize) -> usize {
+        n.div_ceil(T::PANEL_NR).saturating_mul(T::panel_units(k))
+    }
+
+    /// Units of a buffer that [`PackedB::pack_into`] can pack a (K x N) matrix into, wherever
+    /// the buffer lies: [`PackedB::packed_len`] and room to start on a cache line.
+    pub fn buffer_len(k: usize, n: usize) -> usize {
+        Self::packed_len(k, n).saturating_add(PACKED_ALIGN / std::mem::size_of::<T>())
+    }
+
+    /// The packed units (panel after panel, block after block).
+    pub fn values(&self) -> &[T] {
+        &self.data[self.start..self.start + Self::packed_len(self.k, self.n)]
+    }
+
+    /// The storage back, for [`PackedB::pack_into`] to reuse.
+    pub fn into_data(self) -> Vec<T> {
+        self.data
+    }
+
+    pub fn rows(&self) -> usize {
+        self.k
+    }
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+    /// Bytes of the packed units.
+    pub fn nbytes(&self) -> usize {
+        Self::packed_len(self.k, self.n) * std::mem::size_of::<T>()
+    }
+    /// Whether the panels are stored as two halves (else step by step).
+    pub fn halves(&self) -> bool {
+        self.halves
+    }
+
+    /// The row stride and the second half's offset a kernel reads a panel of a `kc`-step
+    /// depth block with (see [`BPanel`]): `NR / 2` and `kc NR / 2` for halves, `NR` and
+    /// `NR / 2` step by step; a block format's blocks lie one after the other.
+    #[inline(always)]
+    fn layout_of(halves: bool, kc: usize) -> (usize, usize) {
+        let h = T::PANEL_NR / 2;
+        if T::BLOCK_K > 1 {
+            (T::PANEL_BLOCK_UNITS, 0)
+        } else if halves {
+            (h, kc * h)
+        } else {
+            (T::PANEL_NR, h)
+        }
+    }
+
+    /// [`PackedB::layout_of`] for this matrix's panels.
+    #[inline(always)]
+    pub(crate) fn layout(&self, kc: usize) -> (usize, usize) {
+        Self::layout_of(self.halves, kc)
+    }
+
+    /// Pointer to panel `jp` of depth block `p`.
+    #[inline(always)]
+    pub(crate) fn panel(&self, p: usize, jp: usize) -> *const T {
+        let (k0, kc) = self.kb.block(p);
+        let panels = self.n.div_ceil(T::PANEL_NR);
+        // SAFETY: the panel lies inside the packed units (k0 is a multiple of the format's
+        // block depth: blocks before it are whole).
+        unsafe {
+            self.data
+                .as_ptr()
+                .add(self.start + panels * T::panel_units(k0) + jp * T::panel_units(kc))
+        }
+    }
+
+    /// A matrix packed by its format's own packer (a block format's): `data[start..]` holds
+    /// the [`PackedB::packed_len`] units of a (K x N) matrix, its depth blocks those of
+    /// [`KBlocks::for_format`], every panel in the format's layout.
+    pub fn from_packed_units(data: Vec<T>, start: usize, k: usize, n: usize) -> PackedB<T> {
+        assert!(start * std::mem::size_of::<T>() < PACKED_ALIGN);
+        assert!(
+            data.len() >= start + Self::packed_len(k, n),
+            "packed units too few"
+        );
+        PackedB {
+            data,
+            start,
+            k,
+            n,
+            kb: KBlocks::for_format::<T>(k),
+            halves: false,
+        }
+    }
+
+    /// Panel `jp` of depth block `p` as the kernels read it.
+    #[inline(always)]
+    pub(crate) fn b_panel(&self, p: usize, jp: usize) -> BPanel<T> {
+        let (ldb, hoff) = self.layout(self.kb.block(p).1);
+        BPanel {
+            ptr: self.panel(p, jp),
+            ldb,
+            hoff,
+        }
+    }
+
+    /// The matrix back in row-major (K x N) order, every value widened to `C` (exactly:
+    /// [`WidensTo`]).
+    pub fn unpack_widened<C: Copy + Default>(&self) -> Vec<C>
+    where
+        T: WidensTo<C>,
+    {
+        let (k, n) = (self.k, self.n);
+        let mut out = vec![C::default(); k * n];
+        let mut step = vec![C::default(); T::PANEL_NR];
+        for p in 0..self.kb.count {
+            let (k0, kc) = self.kb.block(p);
+            for jp in 0..n.div_ceil(T::PANEL_NR) {
+                let b = self.b_panel(p, jp);
+                let j0 = jp * T::PANEL_NR;
+                let cols = T::PANEL_NR.min(n - j0);
+                for kk in 0..kc {
+                    // SAFETY: step kk of a panel of this matrix, laid out as `b` says.
+                    unsafe { T::widen_step(&b, kk, &mut step[..cols]) };
+                    out[(k0 + kk) * n + j0..][..cols].copy_from_slice(&step[..cols]);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl<T: ValueFormat> PackedB<T> {
     /// Pack a (K x N) matrix given with any strides (panics if memory runs out; see
     /// [`PackedB::try_pack`]).
     pub fn pack(b: MatRef<'_, T>) -> PackedB<T> {
@@ -111,29 +262,6 @@ impl<T: PanelValue> PackedB<T> {
         let len = Self::buffer_len(b.rows, b.cols);
         let data = crate::memory::try_zeroed::<T>(len, "packing a matrix")?;
         Ok(Self::pack_into_for(b, data, kernel))
-    }
-
-    /// Values a packed (K x N) matrix holds (its last panel padded to NR columns).
-    pub fn packed_len(k: usize, n: usize) -> usize {
-        n.div_ceil(T::PANEL_NR)
-            .saturating_mul(T::PANEL_NR)
-            .saturating_mul(k)
-    }
-
-    /// Values of a buffer that [`PackedB::pack_into`] can pack a (K x N) matrix into, wherever
-    /// the buffer lies: [`PackedB::packed_len`] and room to start on a cache line.
-    pub fn buffer_len(k: usize, n: usize) -> usize {
-        Self::packed_len(k, n).saturating_add(PACKED_ALIGN / std::mem::size_of::<T>())
-    }
-
-    /// The packed values (panel after panel, block after block).
-    pub fn values(&self) -> &[T] {
-        &self.data[self.start..self.start + Self::packed_len(self.k, self.n)]
-    }
-
-    /// The storage back, for [`PackedB::pack_into`] to reuse.
-    pub fn into_data(self) -> Vec<T> {
-        self.data
     }
 
     /// Pack a (K x N) matrix into `data`, which must hold exactly [`PackedB::buffer_len`]
@@ -169,7 +297,7 @@ impl<T: PanelValue> PackedB<T> {
         assert!(start * std::mem::size_of::<T>() < PACKED_ALIGN);
         let len = Self::packed_len(k, n);
         let vals = &mut data[start..start + len];
-        let kb = KBlocks::new(k, tuning::kc_max::<T>());
+        let kb = KBlocks::for_format::<T>(k);
         let panels = n.div_ceil(T::PANEL_NR);
         let npad = panels * T::PANEL_NR;
         if k > 0 && n < npad {
@@ -180,7 +308,7 @@ impl<T: PanelValue> PackedB<T> {
                 let base = npad * k0 + (panels - 1) * T::PANEL_NR * kc;
                 for kk in 0..kc {
                     for j in n - j0..T::PANEL_NR {
-                        vals[base + Self::offset(halves, kc, kk, j)] = T::PAD;
+                        vals[base + Self::offset(halves, kc, kk, j)] = T::ZERO_UNIT;
                     }
                 }
             }
@@ -302,7 +430,7 @@ impl<T: PanelValue> PackedB<T> {
     /// The matrix back in row-major (K x N) order.
     pub fn unpack(&self) -> Vec<T> {
         let (k, n) = (self.k, self.n);
-        let mut out = vec![T::PAD; k * n];
+        let mut out = vec![T::ZERO_UNIT; k * n];
         for p in 0..self.kb.count {
             let (k0, kc) = self.kb.block(p);
             for jp in 0..n.div_ceil(T::PANEL_NR) {
@@ -319,57 +447,11 @@ impl<T: PanelValue> PackedB<T> {
         out
     }
 
-    pub fn rows(&self) -> usize {
-        self.k
-    }
-    pub fn cols(&self) -> usize {
-        self.n
-    }
-    /// Bytes of the packed values.
-    pub fn nbytes(&self) -> usize {
-        Self::packed_len(self.k, self.n) * std::mem::size_of::<T>()
-    }
-    /// Whether the panels are stored as two halves (else step by step).
-    pub fn halves(&self) -> bool {
-        self.halves
-    }
-
     /// Where value `j` of step `kk` lies in a panel of a `kc`-step depth block.
     #[inline(always)]
     fn offset(halves: bool, kc: usize, kk: usize, j: usize) -> usize {
         let (ldb, hoff) = Self::layout_of(halves, kc);
         kk * ldb + crate::kernels::half_offset(j, T::PANEL_NR / 2, hoff)
-    }
-
-    /// The row stride and the second half's offset a kernel reads a panel of a `kc`-step
-    /// depth block with (see the kernels' contract): `NR / 2` and `kc NR / 2` for halves,
-    /// `NR` and `NR / 2` step by step.
-    #[inline(always)]
-    fn layout_of(halves: bool, kc: usize) -> (usize, usize) {
-        let h = T::PANEL_NR / 2;
-        if halves {
-            (h, kc * h)
-        } else {
-            (T::PANEL_NR, h)
-        }
-    }
-
-    /// [`PackedB::layout_of`] for this matrix's panels.
-    #[inline(always)]
-    pub(crate) fn layout(&self, kc: usize) -> (usize, usize) {
-        Self::layout_of(self.halves, kc)
-    }
-
-    /// Pointer to panel `jp` of depth block `p`.
-    #[inline(always)]
-    pub(crate) fn panel(&self, p: usize, jp: usize) -> *const T {
-        let (k0, kc) = self.kb.block(p);
-        let npad = self.n.div_ceil(T::PANEL_NR) * T::PANEL_NR;
-        unsafe {
-            self.data
-                .as_ptr()
-                .add(self.start + npad * k0 + jp * T::PANEL_NR * kc)
-        }
     }
 }
 

@@ -2,10 +2,10 @@
 
 use super::pack::{KBlocks, PackedB};
 use super::view::MatRef;
-use crate::formats::PanelValue;
+use crate::formats::StorageFormat;
 
 /// The right-hand side as the kernels read it.
-pub(crate) enum BSource<'a, T: PanelValue> {
+pub(crate) enum BSource<'a, T: StorageFormat> {
     /// Packed into `NR`-column panels ([`PackedB`]).
     Packed(&'a PackedB<T>),
     /// Read in place (unit column stride): whole panels from B's rows, the partial last panel
@@ -17,7 +17,7 @@ pub(crate) enum BSource<'a, T: PanelValue> {
     },
 }
 
-impl<T: PanelValue> BSource<'_, T> {
+impl<T: StorageFormat> BSource<'_, T> {
     pub(super) fn rows(&self) -> usize {
         match self {
             BSource::Packed(p) => p.rows(),
@@ -72,7 +72,7 @@ impl<T: PanelValue> BSource<'_, T> {
     #[inline(always)]
     pub(super) fn wide_stride(&self, p: usize, jp: usize) -> Option<usize> {
         match self {
-            BSource::Packed(_) => Some(self.kb().block(p).1 * T::PANEL_NR),
+            BSource::Packed(_) => Some(T::panel_units(self.kb().block(p).1)),
             BSource::Rows { b, .. } => ((jp + 4) * T::PANEL_NR <= b.cols).then_some(T::PANEL_NR),
         }
     }

@@ -29,8 +29,8 @@ fn gemm_packed<T: GemmElement>(a: MatRef<'_, T>, b: &PackedB<T>, c: &mut [T], ld
 }
 
 /// `b` packed with its panels in halves or step by step, whichever kernel is in use.
-fn pack_laid_out<T: PanelValue>(b: MatRef<'_, T>, halves: bool) -> PackedB<T> {
-    let data = vec![T::PAD; PackedB::<T>::buffer_len(b.rows, b.cols)];
+fn pack_laid_out<T: crate::formats::ValueFormat>(b: MatRef<'_, T>, halves: bool) -> PackedB<T> {
+    let data = vec![T::ZERO_UNIT; PackedB::<T>::buffer_len(b.rows, b.cols)];
     let start = line_start::<T>(data.as_ptr() as usize);
     PackedB::pack_at(b, data, start, halves)
 }
@@ -455,7 +455,7 @@ fn packed_panels_start_on_a_cache_line() {
     // already), so the offsets are checked two ways: `line_start` for every address a value
     // can have in a line, and packing at every start a buffer can need; then buffers from the
     // allocator, wherever they fall.
-    fn check<T: PanelValue + Element>() {
+    fn check<T: StorageFormat + Element>() {
         let size = std::mem::size_of::<T>();
         for base in [0usize, 64, 4096 * 9] {
             for addr in (base..base + PACKED_ALIGN).step_by(size) {
@@ -504,7 +504,7 @@ fn packed_panels_start_on_a_cache_line() {
 /// fail) and both unpack to B.
 #[test]
 fn packed_layout_follows_the_kernel_family() {
-    fn check<T: PanelValue + Element>(halves_for_avx2: bool) {
+    fn check<T: StorageFormat + Element>(halves_for_avx2: bool) {
         let (k, n) = (crate::gemm::tuning::kc_max::<T>() + 7, 2 * T::PANEL_NR + 5);
         let b: Vec<T> = (0..k * n).map(|i| T::from_f64((i % 89) as f64)).collect();
         let view = MatRef::from_slice(&b, k, n);
@@ -527,7 +527,7 @@ fn packed_layout_follows_the_kernel_family() {
     check::<f32>(true);
     check::<f64>(true);
     // 16-bit panels stay step by step, even for AVX2 (a step is one cache line).
-    let h = vec![crate::half::Bf16(0x3f80); 300 * 70];
+    let h = vec![crate::formats::Bf16(0x3f80); 300 * 70];
     let pb = PackedB::try_pack_for(MatRef::from_slice(&h, 300, 70), Kernel::Avx2).unwrap();
     assert!(!pb.halves());
 }

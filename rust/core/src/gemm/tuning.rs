@@ -8,7 +8,7 @@
 //! assume (read from sysfs otherwise). They change speed
 //! only: the exactness contract makes every result independent of the block sizes.
 
-use crate::formats::PanelValue;
+use crate::formats::StorageFormat;
 use std::sync::OnceLock;
 
 /// Rows of A handled by one work item (a multiple of every family's MR, which divides 12).
@@ -49,7 +49,7 @@ fn env_usize(name: &str) -> Option<usize> {
 }
 
 /// Largest depth block of B holding `W` values.
-pub fn kc_max<W: PanelValue>() -> usize {
+pub fn kc_max<W: StorageFormat>() -> usize {
     static KC: OnceLock<Option<usize>> = OnceLock::new();
     KC.get_or_init(|| env_usize("GPTCORE_KC"))
         .unwrap_or(W::PANEL_KC_MAX)

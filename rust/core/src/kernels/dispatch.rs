@@ -13,7 +13,7 @@ use super::portable;
 use super::probe::Probe;
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
-use crate::half::{Bf16, F16};
+use crate::formats::{for_each_stored_format, WidensTo};
 use crate::Element;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -194,17 +194,27 @@ impl Kernel {
 /// Per-type table of the kernels.
 pub trait HasKernels: Element {
     fn gemm_kernels(k: Kernel) -> GemmKernels<Self>;
+    /// The portable kernels against B stored as `W`: what every family runs for a format it
+    /// has no kernels of its own for (and, for a format not yet registered, the kernels to
+    /// give it).
+    fn portable_kernels<W: WidensTo<Self>>() -> GemmKernels<Self, W>;
 }
 
 impl HasKernels for f32 {
     fn gemm_kernels(k: Kernel) -> GemmKernels<f32> {
         with_family!(k, F => F::gemm_f32())
     }
+    fn portable_kernels<W: WidensTo<f32>>() -> GemmKernels<f32, W> {
+        portable::stored_kernels()
+    }
 }
 
 impl HasKernels for f64 {
     fn gemm_kernels(k: Kernel) -> GemmKernels<f64> {
         with_family!(k, F => F::gemm_f64())
+    }
+    fn portable_kernels<W: WidensTo<f64>>() -> GemmKernels<f64, W> {
+        portable::stored_kernels()
     }
 }
 
@@ -221,28 +231,30 @@ impl<T: HasKernels> KernelsFor<T> for T {
     }
 }
 
-impl KernelsFor<Bf16> for f32 {
-    fn kernels_for(k: Kernel) -> GemmKernels<f32, Bf16> {
-        with_family!(k, F => F::gemm_f32_bf16())
-    }
+/// Each stored format (see [`crate::formats`]): float32 against it with the family's kernels
+/// for it, float64 against it with the portable ones (the decoder's float64 reference path
+/// with stored weights: exact, not tuned).
+macro_rules! kernels_for_stored_formats {
+    ($($W:ty => $method:ident),* $(,)?) => {
+        $(
+            impl KernelsFor<$W> for f32 {
+                fn kernels_for(k: Kernel) -> GemmKernels<f32, $W> {
+                    with_family!(k, F => F::$method())
+                }
+            }
+
+            impl KernelsFor<$W> for f64 {
+                fn kernels_for(_: Kernel) -> GemmKernels<f64, $W> {
+                    portable::stored_kernels::<f64, $W>()
+                }
+            }
+        )*
+
+        /// The compute types, which have kernels against B in every stored format.
+        pub trait KernelsForStored: Element $(+ KernelsFor<$W>)* {}
+    };
 }
 
-impl KernelsFor<F16> for f32 {
-    fn kernels_for(k: Kernel) -> GemmKernels<f32, F16> {
-        with_family!(k, F => F::gemm_f32_f16())
-    }
-}
-
-/// float64 against half-size B: the portable kernels (the decoder's float64 reference path
-/// with half-size weights; exact, not tuned).
-impl KernelsFor<Bf16> for f64 {
-    fn kernels_for(_: Kernel) -> GemmKernels<f64, Bf16> {
-        portable::half_kernels::<f64, Bf16>()
-    }
-}
-
-impl KernelsFor<F16> for f64 {
-    fn kernels_for(_: Kernel) -> GemmKernels<f64, F16> {
-        portable::half_kernels::<f64, F16>()
-    }
-}
+for_each_stored_format!(kernels_for_stored_formats);
+impl KernelsForStored for f32 {}
+impl KernelsForStored for f64 {}

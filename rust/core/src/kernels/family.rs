@@ -3,7 +3,19 @@
 
 use super::contract::GemmKernels;
 use super::probe::Probe;
-use crate::half::{Bf16, F16};
+
+/// The methods of [`Family`] for the stored formats (see [`crate::formats`]).
+macro_rules! stored_format_methods {
+    ($($W:ty => $method:ident),* $(,)?) => {$(
+        #[doc = concat!(
+            "float32 A and C against B stored as [`", stringify!($W), "`]: the portable ",
+            "kernels unless the family has its own."
+        )]
+        fn $method() -> GemmKernels<f32, $W> {
+            super::portable::stored_kernels::<f32, $W>()
+        }
+    )*};
+}
 
 /// What a family implements (one unit struct per folder).
 pub(super) trait Family {
@@ -15,14 +27,10 @@ pub(super) trait Family {
     const HALF_PANELS: bool = false;
     fn gemm_f32() -> GemmKernels<f32>;
     fn gemm_f64() -> GemmKernels<f64>;
-    /// float32 A and C against bfloat16 / float16 B (packed panels only: no stream kernel).
-    /// A family without its own gets the portable ones (same bits, slower).
-    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
-        super::portable::half_kernels::<f32, Bf16>()
-    }
-    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
-        super::portable::half_kernels::<f32, F16>()
-    }
+    // float32 A and C against B in each stored format (packed panels only: no stream
+    // kernel), one method per format, named in its registration: a family without kernels of
+    // its own for a format gets the portable ones (same bits, slower).
+    crate::formats::for_each_stored_format!(stored_format_methods);
     /// Runs `f` inside a function compiled for the family's instructions.
     ///
     /// # Safety

@@ -61,5 +61,6 @@ pub use contract::{
 };
 pub use dispatch::{
     available, current, detect, require, set_kernel, HasKernels, Kernel, KernelsFor,
+    KernelsForStored,
 };
 pub use prefetch::{prefetch, prefetch_l2};

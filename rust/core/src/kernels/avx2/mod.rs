@@ -3,13 +3,13 @@
 //! generation for the generic element-wise code.
 
 mod gemm;
-mod half;
 pub(super) mod pack;
 mod peak;
+mod widen16;
 
 use super::contract::GemmKernels;
 use super::family::Family;
-use crate::half::{Bf16, F16};
+use crate::formats::{Bf16, F16};
 
 pub(super) struct Avx2;
 
@@ -48,17 +48,17 @@ impl Family for Avx2 {
         }
     }
 
-    /// Half-size B needs F16C as well (every AVX2 CPU known has it); without it, the
+    /// 16-bit B needs F16C as well (every AVX2 CPU known has it); without it, the
     /// portable kernels.
-    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
+    fn bf16() -> GemmKernels<f32, Bf16> {
         if !std::arch::is_x86_feature_detected!("f16c") {
-            return super::portable::half_kernels();
+            return super::portable::stored_kernels();
         }
         GemmKernels {
-            mr: half::MR,
-            tile: half::tile_bf16,
+            mr: widen16::MR,
+            tile: widen16::tile_bf16,
             tile_copy: None,
-            tile_prefetch: Some(half::tile_prefetch_bf16),
+            tile_prefetch: Some(widen16::tile_prefetch_bf16),
             wide: None,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
@@ -66,15 +66,15 @@ impl Family for Avx2 {
         }
     }
 
-    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
+    fn f16() -> GemmKernels<f32, F16> {
         if !std::arch::is_x86_feature_detected!("f16c") {
-            return super::portable::half_kernels();
+            return super::portable::stored_kernels();
         }
         GemmKernels {
-            mr: half::MR,
-            tile: half::tile_f16,
+            mr: widen16::MR,
+            tile: widen16::tile_f16,
             tile_copy: None,
-            tile_prefetch: Some(half::tile_prefetch_f16),
+            tile_prefetch: Some(widen16::tile_prefetch_f16),
             wide: None,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),

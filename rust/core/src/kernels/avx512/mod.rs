@@ -2,12 +2,12 @@
 //! 12-row A packer (shared with the AVX2 family), and AVX-512 code generation for the generic element-wise code.
 
 mod gemm;
-mod half;
 mod peak;
+mod widen16;
 
 use super::contract::GemmKernels;
 use super::family::Family;
-use crate::half::{Bf16, F16};
+use crate::formats::{Bf16, F16};
 
 pub(super) struct Avx512;
 
@@ -42,26 +42,26 @@ impl Family for Avx512 {
         }
     }
 
-    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
+    fn bf16() -> GemmKernels<f32, Bf16> {
         GemmKernels {
-            mr: half::MR,
-            tile: half::tile_bf16,
+            mr: widen16::MR,
+            tile: widen16::tile_bf16,
             tile_copy: None,
             tile_prefetch: None,
-            wide: Some(half::wide_bf16),
+            wide: Some(widen16::wide_bf16),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
             fetch_next_a: false,
         }
     }
 
-    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
+    fn f16() -> GemmKernels<f32, F16> {
         GemmKernels {
-            mr: half::MR,
-            tile: half::tile_f16,
+            mr: widen16::MR,
+            tile: widen16::tile_f16,
             tile_copy: None,
             tile_prefetch: None,
-            wide: Some(half::wide_f16),
+            wide: Some(widen16::wide_f16),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
             fetch_next_a: false,

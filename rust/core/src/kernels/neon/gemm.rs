@@ -29,7 +29,7 @@
 // helpers pass the same ones on.
 #![allow(clippy::too_many_arguments)]
 
-use crate::half::{Bf16, F16};
+use crate::formats::{Bf16, F16};
 use std::arch::aarch64::*;
 
 pub const MR_F32: usize = 12;

@@ -8,7 +8,7 @@ mod peak;
 
 use super::contract::GemmKernels;
 use super::family::Family;
-use crate::half::{Bf16, F16};
+use crate::formats::{Bf16, F16};
 
 pub(super) struct Neon;
 
@@ -43,7 +43,7 @@ impl Family for Neon {
         }
     }
 
-    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
+    fn bf16() -> GemmKernels<f32, Bf16> {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_bf16,
@@ -56,7 +56,7 @@ impl Family for Neon {
         }
     }
 
-    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
+    fn f16() -> GemmKernels<f32, F16> {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f16,

@@ -1,36 +1,16 @@
-//! The portable micro-kernel: plain Rust loops over a runtime tile.
+//! The portable micro-kernel: plain Rust loops over a runtime tile, against B in any storage
+//! format (each depth step of the panel widened by the format's own definition as it is read).
 use super::fma::RowFma;
-use crate::formats::PanelValue;
-use crate::kernels::b_at;
+use crate::formats::{BPanel, WidensTo};
+use crate::kernels::GemmKernels;
 
 pub const MR: usize = 4;
 
 /// # Safety
 /// `a` holds `kc * MR` values, `b` holds `kc` steps of `cols` readable values (laid out as
-/// `ldb` and `hoff` say: see the kernels' contract),
-/// and C has `rows` rows of `cols` writable values `ldc` apart.
-pub unsafe fn kernel<T: RowFma>(
-    rows: usize,
-    cols: usize,
-    kc: usize,
-    a: *const T,
-    b: *const T,
-    ldb: usize,
-    hoff: usize,
-    c: *mut T,
-    ldc: usize,
-    accumulate: bool,
-) {
-    tile(rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, |v| v)
-}
-
-/// The tile loop of the portable kernels, for B holding `W` values that `widen` turns (exactly)
-/// into the compute type as they are read.
-///
-/// # Safety
-/// As for [`kernel`], with B holding `W` values.
-#[inline(always)]
-pub(super) unsafe fn tile<T: RowFma, W: PanelValue>(
+/// `ldb` and `hoff` say: see [`BPanel`]), and C has `rows` rows of `cols` writable values `ldc`
+/// apart.
+pub unsafe fn kernel<T: RowFma, W: WidensTo<T>>(
     rows: usize,
     cols: usize,
     kc: usize,
@@ -41,9 +21,8 @@ pub(super) unsafe fn tile<T: RowFma, W: PanelValue>(
     c: *mut T,
     ldc: usize,
     accumulate: bool,
-    widen: impl Fn(W) -> T,
 ) {
-    let h = W::PANEL_NR / 2;
+    let b = BPanel { ptr: b, ldb, hoff };
     let mut acc = [[T::ZERO; 32]; MR];
     if accumulate {
         for i in 0..rows {
@@ -56,10 +35,7 @@ pub(super) unsafe fn tile<T: RowFma, W: PanelValue>(
     // stored), so that each row's update is one fixed-width loop.
     let mut bk = [T::ZERO; 32];
     for kk in 0..kc {
-        let step = b.add(kk * ldb);
-        for (j, v) in bk.iter_mut().enumerate().take(cols) {
-            *v = widen(*b_at(step, hoff, h, j));
-        }
+        W::widen_step(&b, kk, &mut bk[..cols]);
         let ak = a.add(kk * MR);
         for (i, row) in acc.iter_mut().enumerate().take(rows) {
             T::fma_row(*ak.add(i), &bk, row);
@@ -69,5 +45,20 @@ pub(super) unsafe fn tile<T: RowFma, W: PanelValue>(
         for j in 0..cols {
             *c.add(i * ldc + j) = acc[i][j];
         }
+    }
+}
+
+/// The portable kernels for A and C of type `T` against B stored as `W`: every family's for
+/// a format it has no kernels of its own for.
+pub fn kernels<T: RowFma, W: WidensTo<T>>() -> GemmKernels<T, W> {
+    GemmKernels {
+        mr: MR,
+        tile: kernel::<T, W>,
+        tile_copy: None,
+        tile_prefetch: None,
+        wide: None,
+        stream: None,
+        pack_a_panel: None,
+        fetch_next_a: false,
     }
 }

@@ -1,4 +1,4 @@
-//! AVX2+FMA kernels against half-size B (bfloat16 or float16 panels, float32 A and C): the
+//! AVX2+FMA kernels against 16-bit B (bfloat16 or float16 panels, float32 A and C): the
 //! float32 kernel's 6 x 16 tile (the 32-column panel in two halves, each through the whole
 //! depth block; 1-3 rows take the whole panel per pass), with each 8-value quarter of a B step
 //! loaded as 16 bytes and widened in a register (bfloat16: zero-extend and shift left by 16;
@@ -21,7 +21,7 @@
 #![allow(clippy::too_many_arguments)]
 
 use super::gemm::f32k::lane_mask;
-use crate::half::{Bf16, F16};
+use crate::formats::{Bf16, F16};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -30,7 +30,7 @@ pub const MR: usize = 6;
 
 /// Software prefetch of the packed B panel, in depth steps ahead (a step of a panel is 64
 /// bytes): a tile of fewer than 4 rows (decode) streams B from memory, 4 KiB ahead; larger
-/// ones read it from L2, 2 KiB ahead (as the AVX-512 half kernels).
+/// ones read it from L2, 2 KiB ahead (as the AVX-512 16-bit kernels).
 const PF_FEW: usize = 64;
 const PF_MANY: usize = 32;
 

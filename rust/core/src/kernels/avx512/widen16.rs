@@ -1,4 +1,4 @@
-//! AVX-512F kernels against half-size B (bfloat16 or float16 panels, float32 A and C): the
+//! AVX-512F kernels against 16-bit B (bfloat16 or float16 panels, float32 A and C): the
 //! float32 tile (12 x 32) and wide (1-3 rows x 4 panels) kernels with each 16-value half of a
 //! B step loaded as 32 bytes and widened in a register (bfloat16: zero-extend and shift left
 //! by 16; float16: `vcvtph2ps`), both exact, then the same FMA chain as the float32 kernels.
@@ -7,7 +7,7 @@
 // signatures do.
 #![allow(clippy::too_many_arguments)]
 
-use crate::half::{Bf16, F16};
+use crate::formats::{Bf16, F16};
 use std::arch::x86_64::*;
 
 /// Rows of a tile (the A panel height these kernels read).
