@@ -55,7 +55,9 @@ use super::source::BSource;
 use super::tuning::{self, ROW_QUANTUM};
 use super::view::MatRef;
 use crate::formats::StorageFormat;
-use crate::kernels::{GemmKernels, TileCopyFn, TilePrefetchFn, WIDE_ROWS};
+use crate::kernels::{
+    BPanel, CTile, GemmKernels, PrefetchRun, TileArgs, TileAux, WideArgs, WIDE_ROWS,
+};
 use crate::threads;
 use crate::Element;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -136,24 +138,22 @@ impl Plan {
     }
 }
 
-/// `C = A B` from packed A (`apack`, `kernels.mr`-row panels) and `b`, with `epilogue` on each
-/// tile once it is final.
+/// `C = A B` (`m x n`) from A's panels (`kernels.mr` rows each) and `b` in depth blocks `kb`,
+/// with `epilogue` on each tile once it is final.
 ///
 /// # Safety
-/// `c` points to `m` rows of `n` writable values, `ldc` apart, that nothing else reads or
-/// writes during the call.
-#[allow(clippy::too_many_arguments)]
+/// `c` holds `m` rows of `n` writable values, `c.ldc` apart, that nothing else reads or writes
+/// during the call.
 pub(super) unsafe fn run<T: Element, W: StorageFormat>(
     kernels: GemmKernels<T, W>,
-    m: usize,
-    n: usize,
     kb: KBlocks,
     a: APanels<'_, T>,
     b: &BSource<'_, W>,
-    c: *mut T,
-    ldc: usize,
+    c: CTile<T>,
+    (m, n): (usize, usize),
     epilogue: Option<Epilogue<'_, T>>,
 ) {
+    let CTile { ptr: c, ldc } = c;
     let plan = Plan::new::<W>(m, n, kb, kernels.wide.is_some());
     // A still to be packed: by the work items as they go, a (row block, depth block) at a
     // time, for a large A with a row block for every thread (a flag for each: `NOT_PACKED`,
@@ -205,27 +205,27 @@ pub(super) unsafe fn run<T: Element, W: StorageFormat>(
                     as *const T;
                 // The packed B this item reads next: the group's next depth block, else the
                 // next group's first.
-                let ahead = match (b, kernels.tile_prefetch) {
-                    (BSource::Packed(pb), Some(_)) if p + 1 < kb.count => {
+                let ahead = match (b, kernels.tile_prefetches) {
+                    (BSource::Packed(pb), true) if p + 1 < kb.count => {
                         Some(Ahead::of(pb, kb, p + 1, (g0, g1)))
                     }
-                    (BSource::Packed(pb), Some(_)) if g1 < jp1 => {
+                    (BSource::Packed(pb), true) if g1 < jp1 => {
                         Some(Ahead::of(pb, kb, 0, (g1, (g1 + group).min(jp1))))
                     }
                     _ => None,
                 };
-                macro_kernel(
-                    &kernels,
-                    kb,
+                macro_kernel(&DepthBlock {
+                    kernels: &kernels,
                     p,
                     kc,
+                    last: p + 1 == kb.count,
                     ablock,
                     b,
-                    (i0, i1),
-                    (g0, g1),
-                    &out,
+                    rows: (i0, i1),
+                    panels: (g0, g1),
+                    out: &out,
                     ahead,
-                );
+                });
             }
             g0 = g1;
         }
@@ -282,7 +282,7 @@ unsafe fn ensure_packed<T: Element, W>(
         let mut spins = 0u32;
         while flag.load(Ordering::Acquire) != PACKED {
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -305,6 +305,15 @@ impl<T> Out<'_, T> {
     fn at(&self, i: usize, j: usize) -> *mut T {
         // SAFETY (for callers): (i, j) lies inside C.
         unsafe { self.ptr.get().add(i * self.ldc + j) }
+    }
+
+    /// C's block from element (i, j), as a kernel writes it.
+    #[inline(always)]
+    fn tile(&self, i: usize, j: usize) -> CTile<T> {
+        CTile {
+            ptr: self.at(i, j),
+            ldc: self.ldc,
+        }
     }
 
     /// Hands rows `i0..i1`, columns `j0..j0+cols` of C (final now) to the epilogue.
@@ -369,196 +378,183 @@ impl<W> Ahead<W> {
     /// Fetches slice `s` of `count` into L2 at once.
     #[inline(always)]
     fn fetch_slice(self, s: usize, count: usize) {
-        let (from, lines) = self.slice(s, count);
-        for l in 0..lines {
-            crate::kernels::prefetch_l2(from.cast::<u8>().wrapping_add(l * 64));
+        let run = self.slice(s, count);
+        for l in 0..run.lines {
+            crate::kernels::prefetch_l2(run.ptr.wrapping_add(l * 64));
         }
     }
 
     /// Slice `s` of `count` equal, consecutive slices: its start and cache lines.
-    fn slice(self, s: usize, count: usize) -> (*const W, usize) {
+    fn slice(self, s: usize, count: usize) -> PrefetchRun {
         let per = self.lines.div_ceil(count);
         let first = (s * per).min(self.lines);
-        let values = first * 64 / std::mem::size_of::<W>();
-        (self.start.wrapping_add(values), per.min(self.lines - first))
+        PrefetchRun {
+            ptr: self.start.cast::<u8>().wrapping_add(first * 64),
+            lines: per.min(self.lines - first),
+        }
     }
 }
 
-/// LOOPS 2 and 1 for one depth block `p` (`kc` deep): the rows `i0..i1` of a row block against
-/// the panels `g0..g1` of a column group; the row tiles prefetch `ahead`, if any, on the way.
+/// LOOPS 2 and 1 for one depth block: the rows of a row block against the panels of a column
+/// group ([`DepthBlock`]); few rows take four panels at a time through the wide kernel, at
+/// most [`FEW_ROWS_CHUNKED`] rows against packed panels go in depth chunks with a prefetching
+/// tile kernel ([`few_rows_in_chunks`]), and the rest go through [`row_tiles`].
 ///
 /// Row tile outer and panels inner: a tile's A micro-panel is read again for each panel of the
 /// group right after the read before (from L1 or L2), and the group's B panels of this depth
 /// block (8 x kc x NR values) come from L2 for every tile after the first. With panels outer
 /// instead, each panel re-read the row block's whole A block (MC x kc): 0-12 % slower on large
 /// products, float64 the most (alternating builds in one process).
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn macro_kernel<T: Element, W: StorageFormat>(
-    kernels: &GemmKernels<T, W>,
-    kb: KBlocks,
-    p: usize,
-    kc: usize,
-    ablock: *const T,
-    b: &BSource<'_, W>,
-    (i0, i1): (usize, usize),
-    (g0, g1): (usize, usize),
-    out: &Out<'_, T>,
-    ahead: Option<Ahead<W>>,
-) {
-    let (mr, n) = (kernels.mr, out.n);
-    let last = p + 1 == kb.count;
-    let mut jp = g0;
+fn macro_kernel<T: Element, W: StorageFormat>(blk: &DepthBlock<'_, T, W>) {
+    let DepthBlock {
+        kernels, b, out, ..
+    } = *blk;
+    let (i0, i1) = blk.rows;
+    let mut jp = blk.panels.0;
     if let (Some(wide), true) = (kernels.wide, i1 - i0 <= WIDE_ROWS) {
         // Few rows: four panels at a time through the wide kernel.
-        while jp + 4 <= g1 {
-            let Some(bstride) = b.wide_stride(p, jp) else {
+        let nr = W::PANEL_NR;
+        while jp + 4 <= blk.panels.1 {
+            let Some(bstride) = b.wide_stride(blk.p, jp) else {
                 break;
             };
-            let j0 = jp * W::PANEL_NR;
-            let (bp, ldb, hoff) = b.panel(p, jp);
-            let cols_last = W::PANEL_NR.min(n - (jp + 3) * W::PANEL_NR);
-            // SAFETY: the A panel holds kc*mr values, each of the four B panels kc steps of NR
-            // readable values laid out as (ldb, hoff) say (bstride between panels); the C block
-            // at (i0, j0) lies inside C and belongs to this item alone.
-            unsafe {
-                wide(
-                    i1 - i0,
-                    cols_last,
-                    kc,
-                    ablock.add((i0 / mr) * mr * kc),
-                    bp,
-                    ldb,
-                    hoff,
-                    bstride,
-                    out.at(i0, j0),
-                    out.ldc,
-                    p > 0,
-                );
-            }
-            if last {
-                out.finish(i0, i1, j0, 3 * W::PANEL_NR + cols_last);
+            let j0 = jp * nr;
+            let args = WideArgs {
+                rows: i1 - i0,
+                cols_last: nr.min(out.n - (jp + 3) * nr),
+                kc: blk.kc,
+                a: blk.a_tile(i0),
+                b: b.panel(blk.p, jp),
+                bstride,
+                c: out.tile(i0, j0),
+                accumulate: blk.p > 0,
+            };
+            // SAFETY: the A panel holds kc * mr values, each of the four B panels kc steps of
+            // NR readable values laid out as the panel says (bstride between panels); the C
+            // block at (i0, j0) lies inside C and belongs to this item alone.
+            unsafe { wide(&args) };
+            if blk.last {
+                out.finish(i0, i1, j0, 3 * nr + args.cols_last);
             }
             jp += 4;
         }
     }
-    if let (Some(tile_prefetch), BSource::Packed(pb)) = (kernels.tile_prefetch, b) {
+    if let (true, BSource::Packed(pb)) = (kernels.tile_prefetches, b) {
         if i1 - i0 <= FEW_ROWS_CHUNKED {
-            few_rows_in_chunks(
-                tile_prefetch,
-                mr,
-                kc,
-                ablock,
-                pb,
-                p,
-                last,
-                (i0, i1),
-                (jp, g1),
-                out,
-                ahead,
-            );
+            few_rows_in_chunks(blk, pb, jp);
             return;
         }
     }
-    let tile = kernels.tile;
-    // LOOP 2: row tiles. `copy`: the copying tile kernel and the buffer it copies the group's
-    // panels into (the first row tile copies, the others read the copy), or none.
-    let row_tiles = |copy: Option<(TileCopyFn<T, W>, *mut W)>| {
-        // Tile calls of this (group, depth block), each of which prefetches a slice of `ahead`.
-        let calls = (i1 - i0).div_ceil(mr) * (g1 - jp);
-        let mut i = i0;
-        while i < i1 {
-            let rows = mr.min(i1 - i);
-            let ap = ablock.wrapping_add((i / mr) * mr * kc);
-            // The next row tile's A micro-panel, for a family that fetches it ahead.
-            let next_a = (kernels.fetch_next_a && i + rows < i1)
-                .then(|| Ahead::run(ap.wrapping_add(mr * kc), mr * kc));
-            // LOOP 1: panels.
-            for q in jp..g1 {
-                if let Some(next_a) = next_a {
-                    next_a.fetch_slice(q - jp, g1 - jp);
-                }
-                let j0 = q * W::PANEL_NR;
-                let cols = W::PANEL_NR.min(n - j0);
-                let c = out.at(i, j0);
-                // SAFETY: the A panel holds kc*mr values, the B panel kc steps of NR readable
-                // values laid out as (ldb, hoff) say (the copy: in row order, NR apart; the
-                // buffer holds kc steps of NR values for each panel of the group from jp); the C
-                // tile at (i, j0) lies inside C and belongs to this item. Prefetched addresses
-                // are never read.
-                unsafe {
-                    match (copy, ahead.zip(kernels.tile_prefetch)) {
-                        (None, Some((ahead, tile_prefetch))) => {
-                            let (bp, ldb, hoff) = b.panel(p, q);
-                            let call = (i - i0) / mr * (g1 - jp) + (q - jp);
-                            let (pf, lines) = ahead.slice(call, calls);
-                            tile_prefetch(
-                                rows,
-                                cols,
-                                kc,
-                                ap,
-                                bp,
-                                ldb,
-                                hoff,
-                                c,
-                                out.ldc,
-                                p > 0,
-                                pf,
-                                lines,
-                            );
-                        }
-                        (None, None) => {
-                            let (bp, ldb, hoff) = b.panel(p, q);
-                            tile(rows, cols, kc, ap, bp, ldb, hoff, c, out.ldc, p > 0);
-                        }
-                        (Some((tile_copy, buf)), _) => {
-                            let dst = buf.wrapping_add((q - jp) * kc * W::PANEL_NR);
-                            if i == i0 {
-                                let (bp, ldb, hoff) = b.panel(p, q);
-                                tile_copy(
-                                    rows,
-                                    cols,
-                                    kc,
-                                    ap,
-                                    bp,
-                                    ldb,
-                                    hoff,
-                                    c,
-                                    out.ldc,
-                                    p > 0,
-                                    dst,
-                                );
-                            } else {
-                                let (ldb, hoff) = (W::PANEL_NR, W::PANEL_NR / 2);
-                                tile(rows, cols, kc, ap, dst, ldb, hoff, c, out.ldc, p > 0);
-                            }
-                        }
-                    }
-                }
-                if last {
-                    out.finish(i, i + rows, j0, cols);
-                }
+    if kernels.tile_copies && i1 - i0 > kernels.mr && b.in_place() {
+        // B read in place, by a family whose tile reads a panel in several passes: the first
+        // row tile copies each panel as it reads it (from memory) into a packed buffer of this
+        // thread, and the other row tiles read that copy, in whole cache lines one after the
+        // other, instead of B's rows again (rows a multiple of 2 KiB apart fall in one or two
+        // of the L1 cache's sets, so a tile of several passes finds none of a panel in L1
+        // again).
+        let len = (blk.panels.1 - jp) * blk.kc * W::PANEL_NR;
+        with_group_buffer(len, |buf| row_tiles(blk, jp, Some(buf)))
+    } else {
+        row_tiles(blk, jp, None)
+    }
+}
+
+/// One depth block `p` (`kc` steps, the last of K when `last`) of one work item: its rows, the
+/// panels of its column group, the packed A of the depth block, and the packed B the row
+/// tiles fetch ahead, if any ([`Ahead`]).
+struct DepthBlock<'a, T, W> {
+    kernels: &'a GemmKernels<T, W>,
+    p: usize,
+    kc: usize,
+    last: bool,
+    /// Packed A of this depth block (`mr` rows a panel, `kc` steps).
+    ablock: *const T,
+    b: &'a BSource<'a, W>,
+    rows: (usize, usize),
+    panels: (usize, usize),
+    out: &'a Out<'a, T>,
+    ahead: Option<Ahead<W>>,
+}
+
+impl<T, W> DepthBlock<'_, T, W> {
+    /// The A micro-panel of the row tile from row `i`.
+    #[inline(always)]
+    fn a_tile(&self, i: usize) -> *const T {
+        let mr = self.kernels.mr;
+        self.ablock.wrapping_add((i / mr) * mr * self.kc)
+    }
+}
+
+/// LOOP 2, row tiles of the row block, each through LOOP 1, the panels `jp..` of the group,
+/// with the tile kernel. `copy`: the buffer the first row tile copies the panels it reads into
+/// (NR values a step, a panel after the other), which the other row tiles then read. Else,
+/// with a prefetching tile kernel, every tile fetches a slice of `blk.ahead`.
+///
+/// Row tile outer and panels inner: a tile's A micro-panel is read again for each panel right
+/// after the read before, and the group's B panels come from L2 for every tile after the first.
+#[inline(always)]
+fn row_tiles<T: Element, W: StorageFormat>(
+    blk: &DepthBlock<'_, T, W>,
+    jp: usize,
+    copy: Option<*mut W>,
+) {
+    let DepthBlock {
+        kernels, b, out, ..
+    } = *blk;
+    let ((i0, i1), g1) = (blk.rows, blk.panels.1);
+    let (mr, nr, kc) = (kernels.mr, W::PANEL_NR, blk.kc);
+    // Tile calls of this (group, depth block), each of which prefetches a slice of `ahead`.
+    let calls = (i1 - i0).div_ceil(mr) * (g1 - jp);
+    let ahead = blk.ahead.filter(|_| kernels.tile_prefetches);
+    let mut i = i0;
+    while i < i1 {
+        let rows = mr.min(i1 - i);
+        let a = blk.a_tile(i);
+        // The next row tile's A micro-panel, for a family that fetches it ahead.
+        let next_a = (kernels.fetch_next_a && i + rows < i1)
+            .then(|| Ahead::run(a.wrapping_add(mr * kc), mr * kc));
+        for q in jp..g1 {
+            if let Some(next_a) = next_a {
+                next_a.fetch_slice(q - jp, g1 - jp);
             }
-            i += rows;
+            let j0 = q * nr;
+            let mut args = TileArgs {
+                rows,
+                cols: nr.min(out.n - j0),
+                kc,
+                a,
+                b: b.panel(blk.p, q),
+                c: out.tile(i, j0),
+                accumulate: blk.p > 0,
+            };
+            let mut aux = TileAux::NONE;
+            if let Some(buf) = copy {
+                let dst = buf.wrapping_add((q - jp) * kc * nr);
+                if i == i0 {
+                    aux.copy_to = Some(dst);
+                } else {
+                    args.b = BPanel {
+                        ptr: dst,
+                        ldb: nr,
+                        hoff: nr / 2,
+                    };
+                }
+            } else if let Some(ahead) = ahead {
+                let call = (i - i0) / mr * (g1 - jp) + (q - jp);
+                aux.prefetch = Some(ahead.slice(call, calls));
+            }
+            // SAFETY: the A panel holds kc * mr values, the B panel kc steps of NR readable
+            // values laid out as `args.b` says (the copy: in row order, NR apart; the buffer
+            // holds kc steps of NR values for each panel of the group from jp); the C tile at
+            // (i, j0) lies inside C and belongs to this item. Prefetched addresses are never
+            // read.
+            unsafe { (kernels.tile)(&args, &aux) };
+            if blk.last {
+                out.finish(i, i + rows, j0, args.cols);
+            }
         }
-    };
-    match kernels.tile_copy {
-        // B read in place: the first row tile copies each panel as it reads it (from memory)
-        // into a packed buffer of this thread, and the other row tiles read that copy, in
-        // whole cache lines one after the other, instead of B's rows again. Rows a multiple of
-        // 2 KiB apart fall in one or two of the L1 cache's 64 sets, which hold 16-24 of its
-        // lines, so a family whose tile reads a panel in several passes finds none of it in L1
-        // again; other row strides gain too. With the AVX2 kernels on a 2-core AMD EPYC (Zen
-        // 4), copying for every stride against copying only for those sharing sets (per-round
-        // ratios alternating two builds in one process, medians of 9), float32 rows 768 x 2304
-        // / 768 x 768 / 3072 x 768: 64 rows 1.16 / 1.24 / 1.18 on one thread and 1.15 / 1.19 /
-        // 1.03 on two, 16 to 48 rows 1.07-1.15; float64 0.99-1.02.
-        Some(tile_copy) if i1 - i0 > mr && b.in_place() => {
-            with_group_buffer((g1 - jp) * kc * W::PANEL_NR, |buf| {
-                row_tiles(Some((tile_copy, buf)))
-            })
-        }
-        _ => row_tiles(None),
+        i += rows;
     }
 }
 
@@ -574,8 +570,8 @@ pub const FEW_ROWS_AHEAD: usize = 2;
 /// with a family that has a prefetching tile kernel.
 pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
 
-/// LOOPS 2 and 1 for a row block of at most [`FEW_ROWS_CHUNKED`] rows against packed panels
-/// `jp..g1` of depth block `p`, all with the family's prefetching tile kernel: panels outer,
+/// LOOPS 2 and 1 for a row block of at most [`FEW_ROWS_CHUNKED`] rows against the packed panels
+/// `jp..` of the group, all with the family's prefetching tile kernel: panels outer,
 /// each panel taken in depth chunks of [`FEW_ROWS_CHUNK`] steps, and every row tile through a
 /// chunk before the next chunk (the tiles' C values stay in L1 in between, and each element's
 /// chain goes on from them in the same order: the bits do not change).
@@ -611,29 +607,27 @@ pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
 /// Chunks did not pay beyond 36 rows: at 48 rows with B in the cache 66-73 GFLOP/s against
 /// 66-77 through whole depth blocks, and every row block in chunks took 1024x3072x768 from 74
 /// to 69 GFLOP/s.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn few_rows_in_chunks<T: Element, W: StorageFormat>(
-    tile_prefetch: TilePrefetchFn<T, W>,
-    mr: usize,
-    kc: usize,
-    ablock: *const T,
+    blk: &DepthBlock<'_, T, W>,
     pb: &PackedB<W>,
-    p: usize,
-    last: bool,
-    (i0, i1): (usize, usize),
-    (jp, g1): (usize, usize),
-    out: &Out<'_, T>,
-    ahead: Option<Ahead<W>>,
+    jp: usize,
 ) {
-    let (n, nr) = (out.n, W::PANEL_NR);
+    let DepthBlock {
+        kernels,
+        p,
+        kc,
+        out,
+        ..
+    } = *blk;
+    let ((i0, i1), g1) = (blk.rows, blk.panels.1);
+    let (n, nr, mr) = (out.n, W::PANEL_NR, kernels.mr);
     let h = nr / 2;
-    let (ldb, hoff) = pb.layout(kc);
     let tiles = (i1 - i0).div_ceil(mr);
-    // The panels jp..g1 of this depth block: `region` values from `start`, then `ahead`.
+    // The panels jp..g1 of this depth block: `region` units from `start`, then `ahead`.
     let start = pb.panel(p, jp);
-    let region = (g1 - jp) * kc * nr;
-    let per_line = 64 / std::mem::size_of::<W>();
+    let panel_units = W::panel_units(kc);
+    let region = (g1 - jp) * panel_units;
     // Chunks of `chunk_len` steps (the last one shorter). Halves: an even count of them per
     // panel, so that the runs below pair them within a panel.
     let halves = pb.halves();
@@ -646,7 +640,7 @@ fn few_rows_in_chunks<T: Element, W: StorageFormat>(
     for q in jp..g1 {
         let j0 = q * nr;
         let cols = nr.min(n - j0);
-        let bp = pb.panel(p, q);
+        let b = pb.b_panel(p, q);
         let mut s = 0;
         let mut chunk = 0;
         while s < kc {
@@ -660,49 +654,45 @@ fn few_rows_in_chunks<T: Element, W: StorageFormat>(
                 let half = chunk % 2;
                 let target = chunk - half + FEW_ROWS_AHEAD;
                 let (panel, first) = ((q - jp) + target / nchunks, target % nchunks);
-                panel * kc * nr + half * hoff + first * chunk_len * h
+                panel * panel_units + half * b.hoff + first * chunk_len * h
             } else {
-                (q - jp) * kc * nr + (s + FEW_ROWS_AHEAD * chunk_len) * nr
+                (q - jp) * panel_units + W::panel_units(s + FEW_ROWS_AHEAD * chunk_len)
             };
             let run = Ahead {
-                start: match ahead {
+                start: match blk.ahead {
                     Some(next) if at >= region => next.start.wrapping_add(at - region),
                     _ => start.wrapping_add(at),
                 },
-                lines: (len * nr).div_ceil(per_line),
+                lines: (W::panel_units(len) * std::mem::size_of::<W>()).div_ceil(64),
             };
             let mut i = i0;
             while i < i1 {
-                let rows = mr.min(i1 - i);
-                // The A panel of the tile holds mr values a step; this chunk starts s steps in.
-                let ap = ablock.wrapping_add((i / mr) * mr * kc + s * mr);
-                let (pf, lines) = run.slice((i - i0) / mr, tiles);
-                // SAFETY: the A panel holds kc*mr values and the chunk's len steps start s
-                // steps in; the packed panel holds kc steps of NR values laid out as (ldb,
-                // hoff) say, and so does its chunk from step s; the C tile at (i, j0) lies
-                // inside C and belongs to this item. Prefetched addresses are never read.
-                unsafe {
-                    tile_prefetch(
-                        rows,
-                        cols,
-                        len,
-                        ap,
-                        bp.add(s * ldb),
-                        ldb,
-                        hoff,
-                        out.at(i, j0),
-                        out.ldc,
-                        p > 0 || s > 0,
-                        pf,
-                        lines,
-                    );
-                }
-                i += rows;
+                let args = TileArgs {
+                    rows: mr.min(i1 - i),
+                    cols,
+                    kc: len,
+                    // The A panel of the tile holds mr values a step; this chunk starts s
+                    // steps in.
+                    a: blk.a_tile(i).wrapping_add(s * mr),
+                    b: b.from_step(s),
+                    c: out.tile(i, j0),
+                    accumulate: p > 0 || s > 0,
+                };
+                let aux = TileAux {
+                    copy_to: None,
+                    prefetch: Some(run.slice((i - i0) / mr, tiles)),
+                };
+                // SAFETY: the A panel holds kc * mr values and the chunk's len steps start s
+                // steps in; the packed panel holds kc steps laid out as `b` says, and so does
+                // its chunk from step s; the C tile at (i, j0) lies inside C and belongs to
+                // this item. Prefetched addresses are never read.
+                unsafe { (kernels.tile)(&args, &aux) };
+                i += args.rows;
             }
             s += len;
             chunk += 1;
         }
-        if last {
+        if blk.last {
             out.finish(i0, i1, j0, cols);
         }
     }
@@ -723,7 +713,8 @@ mod ahead_tests {
                 let ahead = Ahead { start: base, lines };
                 let mut next = 0;
                 for s in 0..count {
-                    let (start, len) = ahead.slice(s, count);
+                    let slice = ahead.slice(s, count);
+                    let (start, len) = (slice.ptr, slice.lines);
                     let first = (start as usize - base as usize) / 64;
                     assert_eq!(
                         first.min(lines),

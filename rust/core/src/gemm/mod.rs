@@ -37,7 +37,7 @@ pub use slabs::ONE_PIECE_MIN_ROWS_F64;
 pub use tuning::{B_CHUNK_BYTES, MC, NC_PANELS, ROW_QUANTUM, SLAB_BYTES};
 pub use view::MatRef;
 
-use crate::kernels::{KernelsFor, STREAM_ROWS};
+use crate::kernels::{CTile, KernelsFor, STREAM_ROWS};
 use crate::Element;
 use pack::KBlocks;
 use slabs::{l2_holds_one_slab, pack_by_slabs, slab_count};
@@ -88,7 +88,7 @@ impl<'a, T: GemmElement> Rhs<'a, T> {
     /// copying tile kernel) when its layout allows (unit column stride, positive row stride),
     /// else packed in the call. Either way the product has the same bits.
     pub fn plain(b: MatRef<'a, T>, m: usize, kernel: Kernel) -> Rhs<'a, T> {
-        let max_rows = if T::gemm_kernels(kernel).tile_copy.is_some() {
+        let max_rows = if T::gemm_kernels(kernel).tile_copies {
             IN_PLACE_MAX_ROWS_COPYING
         } else {
             IN_PLACE_MAX_ROWS
@@ -125,8 +125,8 @@ pub fn gemm<T: GemmElement>(
     match b {
         Rhs::Packed(p) => run(a, &BSource::Packed(p), c, ldc, opts),
         Rhs::PackHere(v) => {
-            let one_piece_f64 = T::gemm_kernels(opts.kernel).tile_copy.is_some()
-                && l2_holds_one_slab(tuning::l2_bytes());
+            let one_piece_f64 =
+                T::gemm_kernels(opts.kernel).tile_copies && l2_holds_one_slab(tuning::l2_bytes());
             let slabs = slab_count::<T>(
                 a.rows,
                 v.rows,
@@ -165,9 +165,8 @@ pub fn gemm<T: GemmElement>(
             let full = b.cols / T::NR * T::NR;
             let edge = if full < b.cols {
                 // SAFETY: columns full.. of B, a subset of B's elements.
-                let rest = unsafe {
-                    MatRef::from_raw(b.ptr.offset(full as isize), b.rows, b.cols - full, b.rs, 1)
-                };
+                let rest =
+                    unsafe { MatRef::from_raw(b.ptr.add(full), b.rows, b.cols - full, b.rs, 1) };
                 Some(PackedB::try_pack_for(rest, opts.kernel)?)
             } else {
                 None
@@ -230,13 +229,14 @@ fn run<T: GemmElement + KernelsFor<W>, W: StorageFormat>(
         unsafe {
             loops::run(
                 kernels,
-                m,
-                n,
                 kb,
                 apanels,
                 b,
-                c.as_mut_ptr(),
-                ldc,
+                CTile {
+                    ptr: c.as_mut_ptr(),
+                    ldc,
+                },
+                (m, n),
                 opts.epilogue,
             )
         };

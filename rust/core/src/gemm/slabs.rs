@@ -8,6 +8,7 @@ use super::pack::{pack_a, KBlocks, PackedB};
 use super::source::BSource;
 use super::tuning;
 use super::view::MatRef;
+use crate::kernels::CTile;
 use crate::Element;
 
 /// Rows of A from which a plain float64 B is packed in one piece rather than in slabs, with a
@@ -69,7 +70,7 @@ pub(super) fn slab_count<T: Element>(
     let widest = panels.div_ceil(count.max(1)) * T::NR;
     let slab_bytes = PackedB::<T>::packed_len(k, widest).saturating_mul(std::mem::size_of::<T>());
     if count <= 1
-        || (count % threads != 0 && count < 4 * threads)
+        || (!count.is_multiple_of(threads) && count < 4 * threads)
         || slab_bytes > 4 * tuning::slab_bytes()
     {
         1
@@ -150,16 +151,17 @@ pub(super) fn pack_by_slabs<T: GemmElement>(
                 unsafe {
                     loops::run(
                         kernels,
-                        m,
-                        w,
                         pb.kb,
                         loops::APanels {
                             packed: crate::threads::SendPtr(apack.as_ptr() as *mut T),
                             source: None,
                         },
                         &BSource::Packed(&pb),
-                        cptr.get().add(j0),
-                        ldc,
+                        CTile {
+                            ptr: cptr.get().add(j0),
+                            ldc,
+                        },
+                        (m, w),
                         epilogue,
                     );
                 }

@@ -2,10 +2,10 @@
 
 use super::pack::{KBlocks, PackedB};
 use super::view::MatRef;
-use crate::formats::StorageFormat;
+use crate::formats::{BPanel, StorageFormat};
 
 /// The right-hand side as the kernels read it.
-pub(crate) enum BSource<'a, T: StorageFormat> {
+pub(crate) enum BSource<'a, T> {
     /// Packed into `NR`-column panels ([`PackedB`]).
     Packed(&'a PackedB<T>),
     /// Read in place (unit column stride): whole panels from B's rows, the partial last panel
@@ -36,28 +36,27 @@ impl<T: StorageFormat> BSource<'_, T> {
             BSource::Rows { kb, .. } => *kb,
         }
     }
-    /// Panel `jp` of depth block `p`: its first value, the distance between its depth steps
-    /// and its second half's offset (see the kernels' contract).
+    /// Panel `jp` of depth block `p` as the kernels read it.
     #[inline(always)]
-    pub(super) fn panel(&self, p: usize, jp: usize) -> (*const T, usize, usize) {
+    pub(super) fn panel(&self, p: usize, jp: usize) -> BPanel<T> {
         match self {
-            BSource::Packed(pb) => {
-                let (ldb, hoff) = pb.layout(pb.kb.block(p).1);
-                (pb.panel(p, jp), ldb, hoff)
-            }
+            BSource::Packed(pb) => pb.b_panel(p, jp),
             BSource::Rows { b, edge, kb } => {
-                let (k0, kc) = kb.block(p);
                 if (jp + 1) * T::PANEL_NR <= b.cols {
+                    let k0 = kb.block(p).0;
                     // SAFETY: row k0, column jp * NR lies inside B.
                     let ptr = unsafe {
                         b.ptr
                             .offset(k0 as isize * b.rs + (jp * T::PANEL_NR) as isize)
                     };
-                    (ptr, b.rs as usize, T::PANEL_NR / 2)
+                    BPanel {
+                        ptr,
+                        ldb: b.rs as usize,
+                        hoff: T::PANEL_NR / 2,
+                    }
                 } else {
                     let edge = edge.as_ref().expect("a partial panel is packed");
-                    let (ldb, hoff) = edge.layout(kc);
-                    (edge.panel(p, 0), ldb, hoff)
+                    edge.b_panel(p, 0)
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! columns are cut into one contiguous range per thread.
 
 use super::view::MatRef;
-use crate::kernels::StreamFn;
+use crate::kernels::{CTile, StreamArgs, StreamFn};
 use crate::threads;
 use crate::Element;
 
@@ -68,17 +68,19 @@ pub(super) fn stream_rows<T: Element>(
         // SAFETY: A holds m rows of k values lda apart; B's columns j0..j1 of k rows lie inside
         // B; C's block (m x (j1 - j0)) at column j0 lies inside C and belongs to this part.
         unsafe {
-            stream(
-                m,
-                j1 - j0,
+            stream(&StreamArgs {
+                rows: m,
+                cols: j1 - j0,
                 k,
-                ap.get(),
+                a: ap.get(),
                 lda,
-                b.row_ptr(0).add(j0),
-                b.rs as usize,
-                cp.get().add(j0),
-                ldc,
-            )
+                b: b.row_ptr(0).add(j0),
+                ldb: b.rs as usize,
+                c: CTile {
+                    ptr: cp.get().add(j0),
+                    ldc,
+                },
+            })
         }
     };
     if parts == 1 {

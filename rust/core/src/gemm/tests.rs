@@ -1,4 +1,5 @@
 use super::*;
+use crate::kernels::{BPanel, CTile, PrefetchRun, TileArgs, TileAux, WideArgs};
 use crate::threads;
 use pack::{line_start, pack_a, KBlocks};
 use rand::{Rng, SeedableRng};
@@ -694,12 +695,13 @@ impl<T: Element> Chain<'_, T> {
     }
 }
 
-/// A tile kernel of a family: plain, copying the panel it reads, or prefetching.
-#[derive(Clone, Copy)]
-enum Entry<T: 'static> {
-    Tile(crate::kernels::TileFn<T>),
-    Copy(crate::kernels::TileCopyFn<T>),
-    Prefetch(crate::kernels::TilePrefetchFn<T>),
+/// What a tile kernel is asked to do beside its tile in a call of the test below: nothing,
+/// copying the panel it reads, or prefetching.
+#[derive(Clone, Copy, PartialEq)]
+enum Entry {
+    Tile,
+    Copy,
+    Prefetch,
 }
 
 /// Each micro-kernel called directly, against the contract's chain: every live row count,
@@ -719,12 +721,11 @@ fn micro_kernels_called_directly_match_the_chain() {
         for kernel in available() {
             let spec = T::gemm_kernels(kernel);
             let mr = spec.mr;
-            // The tile kernel, its copying variant and its prefetching one, where the family
-            // has them.
-            let entries = [Some(Entry::Tile(spec.tile))]
+            // The tile kernel alone, copying and prefetching, where the family's does those.
+            let entries = [Some(Entry::Tile)]
                 .into_iter()
-                .chain([spec.tile_copy.map(Entry::Copy)])
-                .chain([spec.tile_prefetch.map(Entry::Prefetch)])
+                .chain([spec.tile_copies.then_some(Entry::Copy)])
+                .chain([spec.tile_prefetches.then_some(Entry::Prefetch)])
                 .flatten();
             let ahead = random::<T>(&mut rng, 64 * (3 * 17 + 2));
             for entry in entries {
@@ -756,46 +757,27 @@ fn micro_kernels_called_directly_match_the_chain() {
                                     let mut copy = vec![sentinel; kc * nr + 1];
                                     let cp = unsafe { c.as_mut_ptr().add(ldc) };
                                     let (ap, bp) = (a.as_ptr(), b.as_ptr());
-                                    match entry {
-                                        Entry::Tile(tile) => unsafe {
-                                            tile(
-                                                rows, cols, kc, ap, bp, ldb, hoff, cp, ldc,
-                                                accumulate,
-                                            )
-                                        },
-                                        Entry::Copy(tile) => unsafe {
-                                            tile(
-                                                rows,
-                                                cols,
-                                                kc,
-                                                ap,
-                                                bp,
-                                                ldb,
-                                                hoff,
-                                                cp,
-                                                ldc,
-                                                accumulate,
-                                                copy.as_mut_ptr(),
-                                            )
-                                        },
-                                        Entry::Prefetch(tile) => unsafe {
-                                            tile(
-                                                rows,
-                                                cols,
-                                                kc,
-                                                ap,
-                                                bp,
-                                                ldb,
-                                                hoff,
-                                                cp,
-                                                ldc,
-                                                accumulate,
-                                                ahead.as_ptr(),
-                                                (rows * 5 + cols) % (3 * kc + 3),
-                                            )
-                                        },
-                                    }
-                                    if let Entry::Copy(_) = entry {
+                                    let args = TileArgs {
+                                        rows,
+                                        cols,
+                                        kc,
+                                        a: ap,
+                                        b: BPanel { ptr: bp, ldb, hoff },
+                                        c: CTile { ptr: cp, ldc },
+                                        accumulate,
+                                    };
+                                    let aux = TileAux {
+                                        copy_to: (entry == Entry::Copy)
+                                            .then_some(copy.as_mut_ptr()),
+                                        prefetch: (entry == Entry::Prefetch).then_some(
+                                            PrefetchRun {
+                                                ptr: ahead.as_ptr().cast(),
+                                                lines: (rows * 5 + cols) % (3 * kc + 3),
+                                            },
+                                        ),
+                                    };
+                                    unsafe { (spec.tile)(&args, &aux) };
+                                    if entry == Entry::Copy {
                                         // Every value of the panel, NaN columns too, bit for bit.
                                         for kk in 0..kc {
                                             for j in 0..nr {
@@ -868,21 +850,24 @@ fn micro_kernels_called_directly_match_the_chain() {
                                 let ldc = 4 * nr + 2;
                                 let c0 = random::<T>(&mut rng, rows * cols);
                                 let mut c = c_between_sentinels(&c0, rows, cols, ldc, sentinel);
-                                unsafe {
-                                    wide(
-                                        rows,
-                                        cols_last,
-                                        kc,
-                                        a.as_ptr(),
-                                        b.as_ptr(),
+                                let args = WideArgs {
+                                    rows,
+                                    cols_last,
+                                    kc,
+                                    a: a.as_ptr(),
+                                    b: BPanel {
+                                        ptr: b.as_ptr(),
                                         ldb,
                                         hoff,
-                                        bstride,
-                                        c.as_mut_ptr().add(ldc),
+                                    },
+                                    bstride,
+                                    c: CTile {
+                                        ptr: unsafe { c.as_mut_ptr().add(ldc) },
                                         ldc,
-                                        accumulate,
-                                    )
+                                    },
+                                    accumulate,
                                 };
+                                unsafe { wide(&args) };
                                 let chain = Chain {
                                     a: &a,
                                     mr,
@@ -932,7 +917,10 @@ fn slab_widths() {
         for s in 0..count {
             let (j0, j1) = slab_columns(s, count, n, nr);
             assert_eq!(j0, next, "slab {s} of {count} over {n}");
-            assert!(j1 > j0 && (j1 % nr == 0 || j1 == n), "slab {s}: {j0}..{j1}");
+            assert!(
+                j1 > j0 && (j1.is_multiple_of(nr) || j1 == n),
+                "slab {s}: {j0}..{j1}"
+            );
             let panels = (j1 - j0).div_ceil(nr);
             narrowest = narrowest.min(panels);
             widest = widest.max(panels);
@@ -953,7 +941,7 @@ fn slab_widths() {
         for t in [1usize, 2, 3] {
             // 768 x 2304 float32 (7 MiB packed): 7, 8 or 9 slabs.
             let count = slab_count::<f32>(256, 768, 2304, t, several);
-            assert!(count > 1 && count % t == 0, "{t}: {count}");
+            assert!(count > 1 && count.is_multiple_of(t), "{t}: {count}");
             check_slabs(count, 2304, f32::NR, group);
             assert_eq!(
                 slab_count::<f32>(12, 768, 2304, t, several),
@@ -972,7 +960,7 @@ fn slab_widths() {
             assert!(slab_count::<f32>(4096, 768, 2304, t, several) > 1);
             let below = ONE_PIECE_MIN_ROWS_F64 - 1;
             let count = slab_count::<f64>(below, 768, 2304, t, several);
-            assert!(count > 1 && count % t == 0, "{t}: {count}");
+            assert!(count > 1 && count.is_multiple_of(t), "{t}: {count}");
             check_slabs(count, 2304, f64::NR, group);
             for m in [ONE_PIECE_MIN_ROWS_F64, 4096] {
                 let count = slab_count::<f64>(m, 768, 2304, t, several);
@@ -1011,7 +999,7 @@ fn one_piece_rule_follows_the_l2_size() {
         assert_eq!(tuning::parse_cache_size(bad), None, "{bad:?}");
     }
     if let Some(l2) = tuning::l2_bytes() {
-        assert!(l2 >= 64 << 10 && l2 <= 64 << 20, "an L2 of {l2} bytes");
+        assert!((64 << 10..=64 << 20).contains(&l2), "an L2 of {l2} bytes");
     }
 }
 
@@ -1033,8 +1021,8 @@ macro_rules! assert_avx2_has {
         #[cfg(target_arch = "x86_64")]
         if Kernel::Avx2.supported() {
             use crate::kernels::HasKernels;
-            assert!(f32::gemm_kernels(Kernel::Avx2).$entry.is_some());
-            assert!(f64::gemm_kernels(Kernel::Avx2).$entry.is_some());
+            assert!(f32::gemm_kernels(Kernel::Avx2).$entry);
+            assert!(f64::gemm_kernels(Kernel::Avx2).$entry);
         }
     };
 }
@@ -1144,7 +1132,7 @@ fn check_with_epilogue<T: GemmElement>(
 #[test]
 fn in_place_b_copied_by_the_first_row_tile_matches_reference() {
     // Not a vacuous test where AVX2 runs: its kernels take the copying path here.
-    assert_avx2_has!(tile_copy);
+    assert_avx2_has!(tile_copies);
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(91);
         let nr = T::NR;
@@ -1191,14 +1179,14 @@ fn in_place_b_copied_by_the_first_row_tile_matches_reference() {
 /// packed in the call past the bound or for any other layout.
 #[test]
 fn plain_b_read_in_place_up_to_the_family_bound() {
-    assert_avx2_has!(tile_copy);
-    assert!(IN_PLACE_MAX_ROWS < IN_PLACE_MAX_ROWS_COPYING);
+    assert_avx2_has!(tile_copies);
+    const { assert!(IN_PLACE_MAX_ROWS < IN_PLACE_MAX_ROWS_COPYING) };
     fn check<T: GemmElement>() {
         let b = vec![T::ZERO; 6 * 10];
         let rows = MatRef::from_slice(&b, 6, 10);
         let columns = unsafe { MatRef::from_raw(b.as_ptr(), 6, 10, 1, 6) };
         for kernel in available() {
-            let bound = if T::gemm_kernels(kernel).tile_copy.is_some() {
+            let bound = if T::gemm_kernels(kernel).tile_copies {
                 IN_PLACE_MAX_ROWS_COPYING
             } else {
                 IN_PLACE_MAX_ROWS
@@ -1230,13 +1218,17 @@ fn plain_b_read_in_place_up_to_the_family_bound() {
 fn few_rows_in_depth_chunks_match_reference() {
     // Not a vacuous test where AVX2 runs: its kernels take the chunked path here (and so do
     // the AVX-512 ones).
-    assert_avx2_has!(tile_prefetch);
+    assert_avx2_has!(tile_prefetches);
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(93);
         let (ch, kc, nr) = (loops::FEW_ROWS_CHUNK, T::KC_MAX, T::NR);
         for k in [ch - 1, ch + 1, 2 * ch + 5, kc, 2 * kc + ch + 3] {
             for m in [1usize, 4, 6, 7, 8, 12, 13, 24, 31, 36, 37] {
-                let n = if m % 2 == 0 { 9 * nr + 5 } else { 2 * nr - 3 };
+                let n = if m.is_multiple_of(2) {
+                    9 * nr + 5
+                } else {
+                    2 * nr - 3
+                };
                 check_packed_product::<T>(&mut rng, m, k, n);
             }
         }
@@ -1253,7 +1245,7 @@ fn few_rows_in_depth_chunks_match_reference() {
 #[test]
 fn row_tiles_prefetching_the_next_group_match_reference() {
     // Not a vacuous test where AVX2 runs: its kernels take the prefetching path here.
-    assert_avx2_has!(tile_prefetch);
+    assert_avx2_has!(tile_prefetches);
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(57);
         let (kc, nr) = (T::KC_MAX, T::NR);

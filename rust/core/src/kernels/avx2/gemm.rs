@@ -26,10 +26,7 @@
 //! `gemm_reference`. Column edges use `vmaskmov` loads and stores; whole vectors plain ones
 //! (`vmaskmov` stores are slow on AMD cores).
 
-// The kernels take the tile's pointers, strides and sizes one by one, as the KernelFn /
-// WideFn / StreamFn signatures do.
-#![allow(clippy::too_many_arguments)]
-
+use crate::kernels::contract::{by_rows, BPanel, CTile, StreamArgs, TileArgs, TileAux, WideArgs};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -114,7 +111,7 @@ macro_rules! avx2_impl {
                 _mm256_loadu_si256(MASKS.as_ptr().add(L - live.min(L)) as *const __m256i)
             }
 
-            /// `M` rows x `V` vectors of C (`cols` <= V L live columns) over `kc` depth steps;
+            /// `M` rows x `V` vectors of C (`t.cols` <= V L live columns) over `t.kc` depth steps;
             /// A has `MRS` values per depth step. `COPY`: each step's B vectors are also stored
             /// to `dst` (NR values a step). `PF`: every `every` (> 0) steps, one more cache line
             /// from `pf` on is prefetched into L2.
@@ -126,19 +123,14 @@ macro_rules! avx2_impl {
                 const COPY: bool,
                 const PF: bool,
             >(
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
+                t: &TileArgs<$T, $T>,
                 dst: *mut $T,
-                pf: *const $T,
+                pf: *const u8,
                 every: usize,
             ) {
+                let TileArgs { cols, kc, a, accumulate, .. } = *t;
+                let (b, ldb, hoff) = (t.b.ptr, t.b.ldb, t.b.hoff);
+                let (c, ldc) = (t.c.ptr, t.c.ldc);
                 let full = cols >= V * L;
                 let mut acc = [[$zero(); V]; M];
                 if accumulate {
@@ -244,20 +236,13 @@ macro_rules! avx2_impl {
             /// share (a strip with no live column does not run, and its share is not fetched).
             #[inline(always)]
             unsafe fn strips<const V: usize, const MRS: usize, const COPY: bool, const PF: bool>(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
+                t: &TileArgs<$T, $T>,
                 dst: *mut $T,
-                pf: *const $T,
+                pf: *const u8,
                 pf_lines: usize,
             ) {
+                let TileArgs { rows, cols, kc, .. } = *t;
+                let BPanel { ptr: b, ldb, hoff } = t.b;
                 let w = V * L;
                 // `PF`: strip j / w prefetches share j / w of the lines, at most one a step,
                 // spread evenly over its steps.
@@ -279,202 +264,84 @@ macro_rules! avx2_impl {
                         j += w;
                         continue;
                     }
-                    let cw = (cols - j).min(w);
-                    let cj = c.add(j);
+                    // The strip: columns j .. j + w of the tile.
+                    let strip = TileArgs {
+                        cols: (cols - j).min(w),
+                        b: BPanel { ptr: bj, ..t.b },
+                        c: CTile {
+                            ptr: t.c.ptr.add(j),
+                            ..t.c
+                        },
+                        ..*t
+                    };
                     let dj = dst.wrapping_add(j);
                     let pfj = Pacer::line(pf, (j / w) * share);
-                    macro_rules! go {
-                        ($m:literal) => {
-                            if PF && every > 0 {
-                                tile::<$m, V, MRS, COPY, true>(
-                                    cw, kc, a, bj, ldb, hoff, cj, ldc, accumulate, dj, pfj, every,
-                                )
-                            } else {
-                                tile::<$m, V, MRS, COPY, false>(
-                                    cw, kc, a, bj, ldb, hoff, cj, ldc, accumulate, dj, pfj, 0,
-                                )
-                            }
-                        };
-                    }
-                    match rows {
-                        1 => go!(1),
-                        2 => go!(2),
-                        3 => go!(3),
-                        4 if MRS >= 4 => go!(4),
-                        5 if MRS >= 5 => go!(5),
-                        6 if MRS >= 6 => go!(6),
-                        _ => {}
-                    }
+                    by_rows!(rows, [1, 2, 3, 4, 5, 6], R => {
+                        if PF && every > 0 {
+                            tile::<R, V, MRS, COPY, true>(&strip, dj, pfj, every)
+                        } else {
+                            tile::<R, V, MRS, COPY, false>(&strip, dj, pfj, 0)
+                        }
+                    });
                     j += w;
                 }
             }
 
-            /// The tile kernel.
+            /// The tile kernel: the panel in strips of half a panel (from 4 rows) or a whole
+            /// one (1 to 3 rows), each strip through the whole depth block.
+            ///
+            /// With a prefetch run in `aux`, the strips also fetch its lines into L2, each
+            /// strip an equal consecutive share, spread evenly over its depth steps, at most one
+            /// a step.
+            ///
+            /// With a copy destination in `aux`, every strip also stores the B values it loads
+            /// there, NR values a step (including the strips with no live column of C): for B
+            /// read in place with rows a multiple of 2 KiB apart (their steps share one or two
+            /// L1 sets, so with half-panel passes no row tile finds the panel in L1 and each
+            /// reads it from L2), the loops have a row block's first tile copy each panel, and
+            /// the others read the copy. Copying for every row stride cost speed where the rows
+            /// spread over four or more sets.
             ///
             /// # Safety
-            /// The CPU supports AVX2 and FMA; `a` holds `kc * MR` values; `b` holds `kc` rows
-            /// of NR readable values `ldb` apart; C has `rows` (<= MR) rows of `cols` writable
-            /// values `ldc` apart.
-            pub unsafe fn kernel(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
-            ) {
-                strips_for::<false, false>(
-                    rows,
-                    cols,
-                    kc,
-                    a,
-                    b,
-                    ldb,
-                    hoff,
-                    c,
-                    ldc,
-                    accumulate,
-                    std::ptr::null_mut(),
-                    std::ptr::null(),
-                    0,
-                )
-            }
-
-            /// The tile kernel that also prefetches `pf_lines` cache lines from `pf` on into
-            /// L2, spread evenly over the depth steps of its passes over the panel (two
-            /// half-panel passes from 4 rows, one whole-panel pass below), at most one a step:
-            /// see [`crate::kernels::TilePrefetchFn`].
-            ///
-            /// # Safety
-            /// As for `kernel`; `pf` may point anywhere (prefetches do not fault and it is
-            /// never read).
-            pub unsafe fn kernel_prefetch(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
-                pf: *const $T,
-                pf_lines: usize,
-            ) {
-                strips_for::<false, true>(
-                    rows,
-                    cols,
-                    kc,
-                    a,
-                    b,
-                    ldb,
-                    hoff,
-                    c,
-                    ldc,
-                    accumulate,
-                    std::ptr::null_mut(),
-                    pf,
-                    pf_lines,
-                )
-            }
-
-            /// The strips a tile of `rows` rows takes (`COPY`, `PF`: as for `strips`).
-            #[inline(always)]
-            unsafe fn strips_for<const COPY: bool, const PF: bool>(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
-                dst: *mut $T,
-                pf: *const $T,
-                pf_lines: usize,
-            ) {
-                if rows <= 3 {
-                    // Few rows (the last tile of a row block, T = 1 to 3): the whole panel per
-                    // pass, so that there are 4 to 12 accumulator chains rather than 2 to 6
-                    // (two FMA pipes of latency 4 need 8 to stay busy).
-                    strips::<4, { $MR }, COPY, PF>(
-                        rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, dst, pf, pf_lines,
-                    )
-                } else {
-                    strips::<2, { $MR }, COPY, PF>(
-                        rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, dst, pf, pf_lines,
-                    )
+            /// The CPU supports AVX2 and FMA; `t` describes a tile of at most MR rows (see
+            /// [`crate::kernels::TileArgs`]); a copy destination has room for `kc * NR`
+            /// values and overlaps nothing else; the prefetch run may point anywhere
+            /// (prefetches do not fault and it is never read).
+            pub unsafe fn kernel(t: &TileArgs<$T, $T>, aux: &TileAux<$T>) {
+                match (aux.copy_to, aux.prefetch) {
+                    (Some(dst), _) => strips_for::<true, false>(t, dst, std::ptr::null(), 0),
+                    (None, Some(run)) => strips_for::<false, true>(t, std::ptr::null_mut(), run.ptr, run.lines),
+                    (None, None) => strips_for::<false, false>(t, std::ptr::null_mut(), std::ptr::null(), 0),
                 }
             }
 
-            /// The tile kernel that also copies the B panel it reads, all NR values of each of
-            /// its `kc` steps, into `dst` (packed, NR values a step) as it loads them: see
-            /// [`crate::kernels::TileCopyFn`]. For B read in place with rows a multiple of 2 KiB
-            /// apart (their steps share one or two L1 sets, so with half-panel passes no row
-            /// tile finds the panel in L1 and each reads it from L2), the loops run it for a row
-            /// block's first tile, and the others read the copy. With the AVX2 path forced on the 2-core Sapphire Rapids Xeon against
-            /// OpenBLAS's Haswell kernels (gptcore/numpy, medians of 5-9 samples alternating
-            /// in one process, one thread unless said): 32 / 64 x 768 x 3072 float32 0.76-0.83
-            /// / 0.88-0.96 -> 0.91-0.96 / 0.98-1.00, float64 0.71-0.74 / 0.72-0.76 -> 0.86-0.94 /
-            /// 0.83-0.95; two threads 64 x 768 x 3072 float32 0.85 -> 1.08, float64 0.69 ->
-            /// 0.97; 64 x 768 x 1536 float32 0.86 -> 0.99; 64 x 768 x 512 float64 0.72 -> 0.93;
-            /// 16 rows unchanged within the noise. Copying for every row stride lost up to 15 %
-            /// where the rows spread over four or more sets.
-            ///
-            /// # Safety
-            /// As for `kernel`; `dst` has room for `kc * NR` values and overlaps nothing else.
-            pub unsafe fn kernel_copy(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
+            /// The strips a tile of `t.rows` rows takes (`COPY`, `PF`: as for `strips`).
+            #[inline(always)]
+            unsafe fn strips_for<const COPY: bool, const PF: bool>(
+                t: &TileArgs<$T, $T>,
                 dst: *mut $T,
+                pf: *const u8,
+                pf_lines: usize,
             ) {
-                strips_for::<true, false>(
-                    rows,
-                    cols,
-                    kc,
-                    a,
-                    b,
-                    ldb,
-                    hoff,
-                    c,
-                    ldc,
-                    accumulate,
-                    dst,
-                    std::ptr::null(),
-                    0,
-                )
+                if t.rows <= 3 {
+                    // Few rows (the last tile of a row block, T = 1 to 3): the whole panel per
+                    // pass, so that there are 4 to 12 accumulator chains rather than 2 to 6
+                    // (two FMA pipes of latency 4 need 8 to stay busy).
+                    strips::<4, { $MR }, COPY, PF>(t, dst, pf, pf_lines)
+                } else {
+                    strips::<2, { $MR }, COPY, PF>(t, dst, pf, pf_lines)
+                }
             }
 
             /// `G` consecutive vectors (from vector `V0`, vector v being columns v L .. v L + L
             /// of the four panels side by side) of `M` rows through the depth block.
             #[target_feature(enable = "avx2,fma")]
             unsafe fn wide_group<const M: usize, const G: usize, const V0: usize>(
-                cols_last: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                bstride: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
+                w: &WideArgs<$T, $T>,
             ) {
+                let WideArgs { cols_last, kc, a, bstride, accumulate, .. } = *w;
+                let (b, ldb, hoff) = (w.b.ptr, w.b.ldb, w.b.hoff);
+                let (c, ldc) = (w.c.ptr, w.c.ldc);
                 // Live columns of vector v: whole vectors in the first three panels, the
                 // last panel's `cols_last` columns after that.
                 let live = |v: usize| {
@@ -541,48 +408,30 @@ macro_rules! avx2_impl {
                 }
             }
 
+            /// The wide kernel: the 16 vectors a row of the four panels side by side, in
+            /// groups of as many as the 12 accumulators hold (1 row: 8, 2 rows: 6, 3 rows: 4).
+            ///
             /// # Safety
-            /// As for the tile kernel, with 4 B panels `bstride` values apart (the last one
-            /// with `cols_last` live columns, each step `ldb` values after the one before) and
-            /// C `rows` x (3 NR + cols_last); rows <= 3.
-            pub unsafe fn wide(
-                rows: usize,
-                cols_last: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                bstride: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
-            ) {
-                macro_rules! group {
-                    ($m:literal, $g:literal, $v0:literal) => {
-                        wide_group::<$m, $g, $v0>(
-                            cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate,
-                        )
-                    };
-                }
-                match rows {
+            /// The CPU supports AVX2 and FMA; `w` describes a wide call of 1 to 3 rows (see
+            /// [`crate::kernels::WideArgs`]).
+            pub unsafe fn wide(w: &WideArgs<$T, $T>) {
+                by_rows!(w.rows, [1, 2, 3], R => match R {
                     1 => {
-                        group!(1, 8, 0);
-                        group!(1, 8, 8);
+                        wide_group::<R, 8, 0>(w);
+                        wide_group::<R, 8, 8>(w);
                     }
                     2 => {
-                        group!(2, 6, 0);
-                        group!(2, 6, 6);
-                        group!(2, 4, 12);
+                        wide_group::<R, 6, 0>(w);
+                        wide_group::<R, 6, 6>(w);
+                        wide_group::<R, 4, 12>(w);
                     }
-                    3 => {
-                        group!(3, 4, 0);
-                        group!(3, 4, 4);
-                        group!(3, 4, 8);
-                        group!(3, 4, 12);
+                    _ => {
+                        wide_group::<R, 4, 0>(w);
+                        wide_group::<R, 4, 4>(w);
+                        wide_group::<R, 4, 8>(w);
+                        wide_group::<R, 4, 12>(w);
                     }
-                    _ => {}
-                }
+                })
             }
 
             /// Few rows of A against B read in place along its whole rows: C kept in memory,
@@ -590,16 +439,9 @@ macro_rules! avx2_impl {
             /// sequential streams). Per element the chain `c = fma(a[k], b[k][j], c)`, k
             /// ascending from a zero C.
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn stream_rows<const M: usize>(
-                cols: usize,
-                k: usize,
-                a: *const $T,
-                lda: usize,
-                b: *const $T,
-                ldb: usize,
-                c: *mut $T,
-                ldc: usize,
-            ) {
+            unsafe fn stream_rows<const M: usize>(s: &StreamArgs<$T, $T>) {
+                let StreamArgs { cols, k, a, lda, b, ldb, .. } = *s;
+                let (c, ldc) = (s.c.ptr, s.c.ldc);
                 let nfull = cols / L;
                 let tail = cols % L;
                 let tmask = lane_mask(tail);
@@ -678,36 +520,10 @@ macro_rules! avx2_impl {
             }
 
             /// # Safety
-            /// The CPU supports AVX2 and FMA; A has `rows` (1 to 8) rows of `k` values `lda`
-            /// apart, B `k` rows of `cols` readable values `ldb` apart, C `rows` rows of
-            /// `cols` writable values `ldc` apart.
-            pub unsafe fn stream(
-                rows: usize,
-                cols: usize,
-                k: usize,
-                a: *const $T,
-                lda: usize,
-                b: *const $T,
-                ldb: usize,
-                c: *mut $T,
-                ldc: usize,
-            ) {
-                macro_rules! go {
-                    ($m:literal) => {
-                        stream_rows::<$m>(cols, k, a, lda, b, ldb, c, ldc)
-                    };
-                }
-                match rows {
-                    8 => go!(8),
-                    7 => go!(7),
-                    6 => go!(6),
-                    5 => go!(5),
-                    4 => go!(4),
-                    3 => go!(3),
-                    2 => go!(2),
-                    1 => go!(1),
-                    _ => {}
-                }
+            /// The CPU supports AVX2 and FMA; `s` describes a stream product of 1 to 8 rows
+            /// (see [`crate::kernels::StreamArgs`]).
+            pub unsafe fn stream(s: &StreamArgs<$T, $T>) {
+                by_rows!(s.rows, [8, 7, 6, 5, 4, 3, 2, 1], R => stream_rows::<R>(s))
             }
         }
     };
@@ -742,11 +558,5 @@ avx2_impl!(
     _mm256_fmadd_pd
 );
 
-pub use f32k::{
-    kernel as kernel_f32, kernel_copy as kernel_copy_f32, kernel_prefetch as kernel_prefetch_f32,
-    stream as stream_f32, wide as wide_f32,
-};
-pub use f64k::{
-    kernel as kernel_f64, kernel_copy as kernel_copy_f64, kernel_prefetch as kernel_prefetch_f64,
-    stream as stream_f64, wide as wide_f64,
-};
+pub use f32k::{kernel as kernel_f32, stream as stream_f32, wide as wide_f32};
+pub use f64k::{kernel as kernel_f64, stream as stream_f64, wide as wide_f64};

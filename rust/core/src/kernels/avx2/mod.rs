@@ -26,8 +26,8 @@ impl Family for Avx2 {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
-            tile_copy: Some(gemm::kernel_copy_f32),
-            tile_prefetch: Some(gemm::kernel_prefetch_f32),
+            tile_copies: true,
+            tile_prefetches: true,
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
@@ -39,8 +39,8 @@ impl Family for Avx2 {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
-            tile_copy: Some(gemm::kernel_copy_f64),
-            tile_prefetch: Some(gemm::kernel_prefetch_f64),
+            tile_copies: true,
+            tile_prefetches: true,
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(pack::pack_rows_f64::<6>),
@@ -57,8 +57,8 @@ impl Family for Avx2 {
         GemmKernels {
             mr: widen16::MR,
             tile: widen16::tile_bf16,
-            tile_copy: None,
-            tile_prefetch: Some(widen16::tile_prefetch_bf16),
+            tile_copies: false,
+            tile_prefetches: true,
             wide: None,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
@@ -73,8 +73,8 @@ impl Family for Avx2 {
         GemmKernels {
             mr: widen16::MR,
             tile: widen16::tile_f16,
-            tile_copy: None,
-            tile_prefetch: Some(widen16::tile_prefetch_f16),
+            tile_copies: false,
+            tile_prefetches: true,
             wide: None,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),

@@ -16,12 +16,9 @@
 //! 1 x 24 1.10, 1 x 64 1.00; float16 1 x 1 1.03, 8 x 1 1.13, 1 x 8 1.16, 1 x 24 0.98,
 //! 1 x 256 1.02; one thread, bfloat16, 1 x 1 1.03, 1 x 8 1.28, 1 x 24 1.03.
 
-// The kernels take the tile's pointers, strides and sizes one by one, as the TileFn / WideFn
-// signatures do.
-#![allow(clippy::too_many_arguments)]
-
 use super::gemm::f32k::lane_mask;
 use crate::formats::{Bf16, F16};
+use crate::kernels::contract::{by_rows, BPanel, CTile, TileArgs, TileAux};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -59,24 +56,19 @@ unsafe fn widen_f16(p: *const F16) -> __m256 {
     _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
 }
 
-macro_rules! avx2_half {
-    ($H:ty, $widen:ident, $entry:ident, $pf_entry:ident, $tile:ident, $passes:ident) => {
-        /// `PF`: every `every` (> 0) steps, one more cache line from `pf` on is prefetched into
-        /// L2.
+macro_rules! avx2_widen16 {
+    ($H:ty, $widen:ident, $entry:ident, $tile:ident, $passes:ident) => {
+        /// `M` rows x `V` vectors of the tile `t`. `PF`: every `every` (> 0) steps, one more
+        /// cache line from `pf` on is prefetched into L2.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $tile<const M: usize, const V: usize, const PF: bool>(
-            cols: usize,
-            kc: usize,
-            a: *const f32,
-            b: *const $H,
-            ldb: usize,
-            hoff: usize,
-            c: *mut f32,
-            ldc: usize,
-            accumulate: bool,
-            pf: *const $H,
+            t: &TileArgs<f32, $H>,
+            pf: *const u8,
             every: usize,
         ) {
+            let TileArgs { cols, kc, a, accumulate, .. } = *t;
+            let (b, ldb, hoff) = (t.b.ptr, t.b.ldb, t.b.hoff);
+            let (c, ldc) = (t.c.ptr, t.c.ldc);
             let mut masks = [_mm256_setzero_si256(); V];
             for v in 0..V {
                 masks[v] = lane_mask(cols.saturating_sub(v * 8));
@@ -142,122 +134,60 @@ macro_rules! avx2_half {
         /// cache lines from `pf` on into L2, each pass an equal consecutive share, at most one
         /// line a step).
         #[inline(always)]
-        unsafe fn $passes<const PF: bool>(
-            rows: usize,
-            cols: usize,
-            kc: usize,
-            a: *const f32,
-            b: *const $H,
-            ldb: usize,
-            hoff: usize,
-            c: *mut f32,
-            ldc: usize,
-            accumulate: bool,
-            pf: *const $H,
-            pf_lines: usize,
-        ) {
+        unsafe fn $passes<const PF: bool>(t: &TileArgs<f32, $H>, pf: *const u8, pf_lines: usize) {
             // One pass of V vectors over `cols` columns from column `off`, prefetching its
             // `share` of the lines (all of them, or half with two passes) from `pf` on.
             macro_rules! pass {
-                ($m:literal, $v:literal, $cols:expr, $off:expr, $pf:expr, $share:expr) => {{
-                    let b = crate::kernels::b_at(b, hoff, H, $off);
-                    let (c, every) = (c.add($off), Pacer::every(kc, $share));
+                ($m:ident, $v:literal, $cols:expr, $off:expr, $pf:expr, $share:expr) => {{
+                    let pass = TileArgs {
+                        cols: $cols,
+                        b: BPanel {
+                            ptr: crate::kernels::b_at(t.b.ptr, t.b.hoff, H, $off),
+                            ..t.b
+                        },
+                        c: CTile {
+                            ptr: t.c.ptr.add($off),
+                            ..t.c
+                        },
+                        ..*t
+                    };
+                    let every = Pacer::every(t.kc, $share);
                     if PF && every > 0 {
-                        $tile::<$m, $v, true>(
-                            $cols, kc, a, b, ldb, hoff, c, ldc, accumulate, $pf, every,
-                        )
+                        $tile::<$m, $v, true>(&pass, $pf, every)
                     } else {
-                        $tile::<$m, $v, false>(
-                            $cols, kc, a, b, ldb, hoff, c, ldc, accumulate, $pf, 0,
-                        )
+                        $tile::<$m, $v, false>(&pass, $pf, 0)
                     }
                 }};
             }
-            macro_rules! whole {
-                ($m:literal) => {
-                    pass!($m, 4, cols, 0, pf, pf_lines)
-                };
-            }
-            macro_rules! halves {
-                ($m:literal) => {{
+            let cols = t.cols;
+            by_rows!(t.rows, [1, 2, 3, 4, 5, 6], R => {
+                if R <= 3 {
+                    // Few rows: the whole panel per pass (4 to 12 accumulator chains).
+                    pass!(R, 4, cols, 0, pf, pf_lines)
+                } else {
                     let share = pf_lines.div_ceil(2);
-                    pass!($m, 2, cols.min(H), 0, pf, share);
+                    pass!(R, 2, cols.min(H), 0, pf, share);
                     if cols > H {
-                        pass!($m, 2, cols - H, H, Pacer::line(pf, share), pf_lines - share);
+                        pass!(R, 2, cols - H, H, Pacer::line(pf, share), pf_lines - share);
                     }
-                }};
-            }
-            match rows {
-                // Few rows: the whole panel per pass (4 to 12 accumulator chains).
-                1 => whole!(1),
-                2 => whole!(2),
-                3 => whole!(3),
-                4 => halves!(4),
-                5 => halves!(5),
-                6 => halves!(6),
-                _ => {}
-            }
+                }
+            })
         }
 
-        /// # Safety
-        /// See [`crate::kernels::TileFn`]; the CPU supports AVX2, FMA and F16C; rows <= 6.
-        pub unsafe fn $entry(
-            rows: usize,
-            cols: usize,
-            kc: usize,
-            a: *const f32,
-            b: *const $H,
-            ldb: usize,
-            hoff: usize,
-            c: *mut f32,
-            ldc: usize,
-            accumulate: bool,
-        ) {
-            let none = std::ptr::null();
-            $passes::<false>(rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, none, 0)
-        }
-
-        /// The tile kernel that also prefetches `pf_lines` cache lines from `pf` on into L2,
-        /// spread evenly over the depth steps of its passes: see
-        /// [`crate::kernels::TilePrefetchFn`].
+        /// The tile kernel; with a prefetch run in `aux`, its passes also fetch the run's lines
+        /// into L2, spread evenly over their depth steps.
         ///
         /// # Safety
-        /// As for the tile kernel; `pf` may point anywhere (prefetches do not fault and it is
-        /// never read).
-        pub unsafe fn $pf_entry(
-            rows: usize,
-            cols: usize,
-            kc: usize,
-            a: *const f32,
-            b: *const $H,
-            ldb: usize,
-            hoff: usize,
-            c: *mut f32,
-            ldc: usize,
-            accumulate: bool,
-            pf: *const $H,
-            pf_lines: usize,
-        ) {
-            $passes::<true>(
-                rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, pf, pf_lines,
-            )
+        /// See [`crate::kernels::TileArgs`]; the CPU supports AVX2, FMA and F16C; rows <= 6;
+        /// the prefetch run may point anywhere (prefetches do not fault and it is never read).
+        pub unsafe fn $entry(t: &TileArgs<f32, $H>, aux: &TileAux<$H>) {
+            match aux.prefetch {
+                Some(run) => $passes::<true>(t, run.ptr, run.lines),
+                None => $passes::<false>(t, std::ptr::null(), 0),
+            }
         }
     };
 }
 
-avx2_half!(
-    Bf16,
-    widen_bf16,
-    tile_bf16,
-    tile_prefetch_bf16,
-    tile_rows_bf16,
-    passes_bf16
-);
-avx2_half!(
-    F16,
-    widen_f16,
-    tile_f16,
-    tile_prefetch_f16,
-    tile_rows_f16,
-    passes_f16
-);
+avx2_widen16!(Bf16, widen_bf16, tile_bf16, tile_rows_bf16, passes_bf16);
+avx2_widen16!(F16, widen_f16, tile_f16, tile_rows_f16, passes_f16);

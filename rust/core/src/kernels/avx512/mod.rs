@@ -20,8 +20,8 @@ impl Family for Avx512 {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
-            tile_copy: None,
-            tile_prefetch: Some(gemm::kernel_prefetch_f32),
+            tile_copies: false,
+            tile_prefetches: true,
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
@@ -33,8 +33,8 @@ impl Family for Avx512 {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
-            tile_copy: None,
-            tile_prefetch: Some(gemm::kernel_prefetch_f64),
+            tile_copies: false,
+            tile_prefetches: true,
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(super::avx2::pack::pack_rows_f64::<12>),
@@ -46,8 +46,8 @@ impl Family for Avx512 {
         GemmKernels {
             mr: widen16::MR,
             tile: widen16::tile_bf16,
-            tile_copy: None,
-            tile_prefetch: None,
+            tile_copies: false,
+            tile_prefetches: false,
             wide: Some(widen16::wide_bf16),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
@@ -59,8 +59,8 @@ impl Family for Avx512 {
         GemmKernels {
             mr: widen16::MR,
             tile: widen16::tile_f16,
-            tile_copy: None,
-            tile_prefetch: None,
+            tile_copies: false,
+            tile_prefetches: false,
             wide: Some(widen16::wide_f16),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),

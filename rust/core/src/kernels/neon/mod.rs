@@ -21,8 +21,8 @@ impl Family for Neon {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
-            tile_copy: None,
-            tile_prefetch: None,
+            tile_copies: false,
+            tile_prefetches: false,
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(gemm::pack12_f32),
@@ -34,8 +34,8 @@ impl Family for Neon {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
-            tile_copy: None,
-            tile_prefetch: None,
+            tile_copies: false,
+            tile_prefetches: false,
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(gemm::pack12_f64),
@@ -47,8 +47,8 @@ impl Family for Neon {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_bf16,
-            tile_copy: None,
-            tile_prefetch: None,
+            tile_copies: false,
+            tile_prefetches: false,
             wide: Some(gemm::wide_bf16),
             stream: None,
             pack_a_panel: Some(gemm::pack12_f32),
@@ -60,8 +60,8 @@ impl Family for Neon {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f16,
-            tile_copy: None,
-            tile_prefetch: None,
+            tile_copies: false,
+            tile_prefetches: false,
             wide: Some(gemm::wide_f16),
             stream: None,
             pack_a_panel: Some(gemm::pack12_f32),

@@ -1,33 +1,38 @@
 //! The portable micro-kernel: plain Rust loops over a runtime tile, against B in any storage
 //! format (each depth step of the panel widened by the format's own definition as it is read).
 use super::fma::RowFma;
-use crate::formats::{BPanel, WidensTo};
-use crate::kernels::GemmKernels;
+use crate::formats::WidensTo;
+#[cfg(doc)]
+use crate::kernels::contract::BPanel;
+use crate::kernels::contract::{by_rows, CTile, GemmKernels, TileArgs, TileAux};
 
 pub const MR: usize = 4;
 
 /// # Safety
-/// `a` holds `kc * MR` values, `b` holds `kc` steps of `cols` readable values (laid out as
-/// `ldb` and `hoff` say: see [`BPanel`]), and C has `rows` rows of `cols` writable values `ldc`
-/// apart.
-pub unsafe fn kernel<T: RowFma, W: WidensTo<T>>(
-    rows: usize,
-    cols: usize,
-    kc: usize,
-    a: *const T,
-    b: *const W,
-    ldb: usize,
-    hoff: usize,
-    c: *mut T,
-    ldc: usize,
-    accumulate: bool,
-) {
-    let b = BPanel { ptr: b, ldb, hoff };
-    let mut acc = [[T::ZERO; 32]; MR];
+/// See [`TileArgs`]: `t.a` holds `t.kc * MR` values, `t.b` `t.kc` steps of `t.cols` readable
+/// values (laid out as [`BPanel`] says), and C `t.rows` (1 to MR) rows of `t.cols` writable
+/// values. Nothing is done beside the tile.
+pub unsafe fn kernel<T: RowFma, W: WidensTo<T>>(t: &TileArgs<T, W>, _: &TileAux<W>) {
+    by_rows!(t.rows, [1, 2, 3, 4], R => tile::<R, T, W>(t))
+}
+
+/// `R` rows of the tile `t`.
+#[inline(always)]
+unsafe fn tile<const R: usize, T: RowFma, W: WidensTo<T>>(t: &TileArgs<T, W>) {
+    let TileArgs {
+        cols,
+        kc,
+        a,
+        b,
+        accumulate,
+        ..
+    } = *t;
+    let CTile { ptr: c, ldc } = t.c;
+    let mut acc = [[T::ZERO; 32]; R];
     if accumulate {
-        for i in 0..rows {
-            for j in 0..cols {
-                acc[i][j] = *c.add(i * ldc + j);
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (j, v) in row[..cols].iter_mut().enumerate() {
+                *v = *c.add(i * ldc + j);
             }
         }
     }
@@ -37,13 +42,13 @@ pub unsafe fn kernel<T: RowFma, W: WidensTo<T>>(
     for kk in 0..kc {
         W::widen_step(&b, kk, &mut bk[..cols]);
         let ak = a.add(kk * MR);
-        for (i, row) in acc.iter_mut().enumerate().take(rows) {
+        for (i, row) in acc.iter_mut().enumerate() {
             T::fma_row(*ak.add(i), &bk, row);
         }
     }
-    for i in 0..rows {
-        for j in 0..cols {
-            *c.add(i * ldc + j) = acc[i][j];
+    for (i, row) in acc.iter().enumerate() {
+        for (j, &v) in row[..cols].iter().enumerate() {
+            *c.add(i * ldc + j) = v;
         }
     }
 }
@@ -54,8 +59,8 @@ pub fn kernels<T: RowFma, W: WidensTo<T>>() -> GemmKernels<T, W> {
     GemmKernels {
         mr: MR,
         tile: kernel::<T, W>,
-        tile_copy: None,
-        tile_prefetch: None,
+        tile_copies: false,
+        tile_prefetches: false,
         wide: None,
         stream: None,
         pack_a_panel: None,
