@@ -23,31 +23,17 @@
 //! Every item computes a disjoint block of C through all depth blocks in order, so each element's
 //! chain is continued block after block by one thread (the exactness contract).
 //!
-//! Where large products lose time (AVX2 path forced on the 2-core Sapphire Rapids Xeon, one
-//! thread, each sample divided by a tile-kernel run on data held in L2 right before it, medians
-//! of 31 rounds): a 1024 x 3072 x 768 float64 product ran at 0.83-0.88 of the in-cache kernel
-//! rate, 1024 x 768 x 3072 at 0.89-0.94, float32 at 0.87-0.96. In one such run, every row tile
-//! reading the same A (held in L2) lifted the first from 0.87 to 0.94, the same B group to
-//! 0.92, the same C tile to 0.90; not packing A (reusing the last call's) gained 3 %. That
-//! points at the L2 shared by A, B (with its prefetched successor) and C more than at any one
-//! stream. Not paying, measured the same way: LOOP 3 outside LOOP 4 (each depth block's A
-//! stays in L2 for every group, C comes back from the L3), 0.85 against 0.85 (float32 0.91
-//! against 0.90); the next C tile prefetched into L1, row blocks of 48, 96 or 384 rows, groups
-//! of 4 or 16 panels and float64 depth blocks of 384 or 512 steps, all within the noise.
+//! Large products are held by the L2 cache that A, B (with the part fetched ahead) and C
+//! share more than by any one stream: the block sizes keep a row block's A, a group's B and the
+//! group's C tile there together.
 //!
-//! What did pay, for a family whose tile kernel does not prefetch A itself (the AVX2 one, whose
-//! depth step has no room for it): fetching the next row tile's A micro-panel into L2 while the
-//! current tile goes through the group's panels, an equal slice before each panel. The depth
-//! 3072 of the MLP's second product makes a row block's packed A (4.5 MiB in float64) larger
-//! than L2, so it came back from the L3 cache for every column group, each tile's micro-panel
-//! read on demand by its first panel; reading a never-written buffer instead (every line the
-//! same page, always in cache) took 1024 x 3072 x 768 float64 from 93-97 to 82-84 ms, the time
-//! of OpenBLAS. With the AVX2 path forced on the 2-core Xeon with a 2 MiB L2 (`bench_matmul.py
-//! --quick`, runs alternating, ratios against OpenBLAS Haswell): 1024 x 3072 x 768 float64
-//! 0.87 -> 0.96 on one thread and 0.89 -> 0.94 on two, float32 0.94 -> 0.96 and 0.87 -> 0.95;
-//! the shapes of depth 768 and the 256-row ones unchanged (within 2 %), a GPT-2 small forward
-//! of 1024 tokens unchanged (float32 and bfloat16 weights). Into L1 instead: the same. The AVX-512
-//! tile prefetches A in its depth steps; the loops' fetch as well cost it 2-4 % on float64.
+//! For a family whose tile kernel does not prefetch A itself (the AVX2 one, whose depth step
+//! has no room for it), the loops fetch the next row tile's A micro-panel into L2 while the
+//! current tile goes through the group's panels, an equal slice before each panel: with a deep
+//! K a row block's packed A is larger than L2, and each tile's micro-panel would otherwise come
+//! back from the L3 cache on demand, once per column group.
+//!
+//! The measurements behind these choices are in `benches/JOURNAL.md`.
 
 use super::options::{Epilogue, Tile};
 use super::pack::{pack_a_into, pack_a_panel, packs_on_every_thread, KBlocks, PackedB};
@@ -65,12 +51,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// Values of A from which the work items pack A as they go (a row block's panels of one depth
 /// block right before their first use), when there are at least as many row blocks as threads:
 /// the first column group then reads them from L2 instead of from the L3 cache or memory after
-/// a pass over all of A. AVX2 kernels on the 2-core AMD EPYC (Zen 4), against packing all of A
-/// first, the two alternating call by call in one process (medians of 21-1047 paired ratios; a
-/// second copy of the old way read 0.99-1.01): float32, one thread, 1024 x 768 x 3072 1.01,
-/// 1024 x 3072 x 768 1.01, 512 x 768 x 768 1.01, 256 x 3072 x 768 1.02; two threads 1.00, 1.03,
-/// 1.00, 1.00 and 1024 x 768 x 2304 1.01; float64, one thread, 1.00 / 1.02 / 1.02 on
-/// 1024 x 768 x 3072 / 512 x 768 x 768 / 256 x 3072 x 768.
+/// a pass over all of A.
 pub const A_LAZY_MIN: usize = 1 << 18;
 
 /// How the product is cut into work items.
@@ -334,21 +315,7 @@ impl<T> Out<'_, T> {
 /// memory, while memory idles during the other tiles; two threads doing so at once slow each
 /// other. Instead every row tile of the current (group, depth block) prefetches an equal,
 /// consecutive slice of the next one ([`Ahead::slice`]), spread over its depth steps by the
-/// family's prefetching tile kernel, and the next first tile finds its panels in L2. With the
-/// AVX2 path forced on the 2-core Sapphire Rapids Xeon (medians alternating with the tiles that
-/// do not prefetch, in one process):
-/// - products over 400 MB of packed GPT-2 small shapes (768x3072, 3072x768, 768x2304), one
-///   thread, GFLOP/s: float32 64 rows 68.2 / 67.7 / 68.4 -> 77.0 / 75.6 / 76.9, 256 rows
-///   74.6 / 65.5 / 69.9 -> 78.7 / 73.8 / 71.8; float64 64 rows 34.9 / 33.0 / 32.7 -> 38.8 /
-///   37.6 / 35.1, 256 rows 33.1 / 32.0 / 35.1 -> 35.2 / 33.5 / 35.3; the LM head's 768x50257,
-///   two threads, 64 rows 105.7 -> 113.0, 256 rows 113.2 -> 123.0;
-/// - a GPT-2 small forward, two threads, ms: 64 tokens 126.8 -> 117.4 and 153.7 -> 141.5 (two
-///   runs), 256 tokens 499.6 -> 489.8 and 541.6 -> 519.1, 1024 tokens 2040 -> 2008, 8 x 128
-///   tokens 1903 -> 1804; one thread, 64 tokens 260.5 -> 230.2.
-///
-/// Prefetching the next work item's first group as well (each thread claiming its next item
-/// ahead) gained nothing measurable, and leaving the first row tile out of the slices made no
-/// difference.
+/// family's prefetching tile kernel, and the next first tile finds its panels in L2.
 #[derive(Clone, Copy)]
 struct Ahead<W> {
     start: *const W,
@@ -402,9 +369,8 @@ impl<W> Ahead<W> {
 ///
 /// Row tile outer and panels inner: a tile's A micro-panel is read again for each panel of the
 /// group right after the read before (from L1 or L2), and the group's B panels of this depth
-/// block (8 x kc x NR values) come from L2 for every tile after the first. With panels outer
-/// instead, each panel re-read the row block's whole A block (MC x kc): 0-12 % slower on large
-/// products, float64 the most (alternating builds in one process).
+/// block (8 x kc x NR values) come from L2 for every tile after the first. With panels outer,
+/// each panel would read the row block's whole A block (MC x kc) again.
 #[inline(always)]
 fn macro_kernel<T: Element, W: StorageFormat>(blk: &DepthBlock<'_, T, W>) {
     let DepthBlock {
@@ -563,7 +529,7 @@ fn row_tiles<T: Element, W: StorageFormat>(
 pub const FEW_ROWS_CHUNK: usize = 96;
 
 /// How far ahead of the chunk they compute the row tiles of [`few_rows_in_chunks`] fetch packed
-/// B: this many chunks (24 KiB).
+/// B: this many chunks (24 KiB of float32 panels).
 pub const FEW_ROWS_AHEAD: usize = 2;
 
 /// Row blocks of at most this many rows (three row quanta) take packed panels in depth chunks,
@@ -580,33 +546,11 @@ pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
 /// tiles, and by the AVX2 tile in two half-panel passes. So that memory keeps working while
 /// the tiles compute, the tiles of each chunk fetch into L2 the packed B that lies
 /// [`FEW_ROWS_AHEAD`] chunks further on, each tile an equal slice of a chunk's lines, spread
-/// over its depth steps. The panels `jp..g1` of one depth block lie one after the other, so
-/// that is where these tiles read next; past their end the fetch goes on in `ahead` (the packed
-/// B this row block reads next, see [`Ahead`]).
-///
-/// With the AVX2 path forced on the 2-core Sapphire Rapids Xeon (per-round ratios of samples
-/// alternating in one process, against the earlier scheme, in which only the first row tile's
-/// second half-pass fetched the next chunk, within one step of it: medians of 9-15 rounds):
-/// - products over 400 MB of packed GPT-2 small shapes (768x3072, 3072x768, 768x2304), one
-///   thread, speed: float32 4 / 8 / 12 / 24 rows 1.18 / 1.11 / 1.16 / 1.18, float64 1.07 /
-///   1.14 / 1.21 / 1.19;
-/// - a GPT-2 small forward, two threads: 8 tokens 1.04-1.16, 12 tokens 1.26-1.31, 24 tokens
-///   1.17-1.22, one token of 8 sequences 1.09-1.20, 4 x 4 tokens 1.16; one thread, 8 tokens
-///   1.10.
-///
-/// The AVX-512 family's prefetching tile kernel takes the same path (its figures are in its
-/// kernel file).
-///
-/// One chunk ahead did a little less (float32 8 rows 1.08, 12 tokens 1.15), three about the
-/// same. Before, the fetch of a chunk came in a burst during one pass of the first tile and
-/// memory idled during the others, so fetching and computing mostly took turns: a forward over
-/// 12 tokens took about its memory time plus its compute time.
-///
-/// Measured with the earlier fetch: chunks of 64 steps did about as well as 96, of 128-192
-/// steps less; of 32-48 steps lost on two threads (more C traffic than the overlap gains).
-/// Chunks did not pay beyond 36 rows: at 48 rows with B in the cache 66-73 GFLOP/s against
-/// 66-77 through whole depth blocks, and every row block in chunks took 1024x3072x768 from 74
-/// to 69 GFLOP/s.
+/// over its depth steps (a chunk fetched in one burst by one tile would leave memory idle during
+/// the others, fetching and computing taking turns). The panels `jp..` of one depth block lie
+/// one after the other, so that is where these tiles read next; past their end the fetch goes
+/// on in `ahead` (the packed B this row block reads next, see [`Ahead`]). Beyond
+/// [`FEW_ROWS_CHUNKED`] rows the chunks do not pay (`benches/JOURNAL.md`).
 #[inline(always)]
 fn few_rows_in_chunks<T: Element, W: StorageFormat>(
     blk: &DepthBlock<'_, T, W>,

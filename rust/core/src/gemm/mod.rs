@@ -65,21 +65,12 @@ pub enum Rhs<'a, T: Element> {
 /// Rows of A up to which a plain B is read in place ([`Rhs::InPlace`]) rather than packed in
 /// the call ([`Rhs::PackHere`]), by a family without a copying tile kernel: packing reads and
 /// writes all of B once more than the product does, which more rows repay by reading the packed
-/// panels from the cache. With the AVX-512 kernels on the 2-core AMD EPYC (Zen 4), in place
-/// against packed in the call from 96 to 256 rows (768 x 2304, 3072 x 768, 768 x 768, 768 x 3072;
-/// the two alternating call by call, medians of the paired ratios): 0.80-1.09 on one thread,
-/// 0.83-1.10 on two, mostly below 1.
+/// panels from the cache (from about a hundred rows on: `benches/JOURNAL.md`).
 pub const IN_PLACE_MAX_ROWS: usize = 64;
 
 /// The same, for a family with a copying tile kernel (the first row tile of each row block
 /// copies the panels it reads, the others read the copy: the packing is done by a kernel that
-/// computes at the same time, while B comes from memory). With the AVX2 kernels on the 2-core
-/// AMD EPYC (Zen 4), in place against packed in the call (call by call, medians of the paired
-/// ratios), 96 to 256 rows of 768 x 2304, 3072 x 768, 768 x 768, 768 x 3072 and 768 x 50257:
-/// float32 0.99-1.15 on one thread and 1.03-1.15 on two, float64 0.92-1.11 and 0.99-1.23
-/// (below 1 only at 256 x 768 x 768 and 256 x 768 x 50257 on one thread, and 192 x 768 x 3072
-/// float64 on two); at 512 rows 1.02-1.06 on one thread but 0.94-1.20 on two, at 1024 rows
-/// 0.97-1.09.
+/// computes at the same time, while B comes from memory), which pays up to more rows.
 pub const IN_PLACE_MAX_ROWS_COPYING: usize = 256;
 
 impl<'a, T: GemmElement> Rhs<'a, T> {

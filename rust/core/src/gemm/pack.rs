@@ -67,10 +67,8 @@ impl KBlocks {
 }
 
 /// Rows ahead of the row being packed that [`PackedB`]'s packing fetches into L1, for rows of at
-/// most [`PREFETCH_ROW_MAX_BYTES`]. The slabs of a B packed in the call (rows of 1-3 KiB, from
-/// memory or the L3 cache) were packed at 3.5-6.0 GB/s without it and 5.1-6.8 GB/s with it
-/// (medians of 30 calls, six shapes, two runs), the products 1.00-1.03 x as fast (AVX2 kernels,
-/// 2-core AMD EPYC Zen 4, one thread, call by call); 8 and 16 rows ahead were a little slower.
+/// most [`PREFETCH_ROW_MAX_BYTES`]: each short row (a slab of a B packed in the call) is a new
+/// stream that the hardware prefetcher meets too late.
 const ROWS_AHEAD: usize = 4;
 
 /// Rows longer than this are left to the hardware prefetcher (a long row is one stream it
@@ -93,16 +91,16 @@ pub(crate) fn line_start<T>(addr: usize) -> usize {
 /// values, as two halves of `h = NR / 2` columns one after the other, each `kc` steps of `h`
 /// values, so that a kernel strip of at most `h` columns reads its values in sequence (see the
 /// kernels' contract in [`crate::kernels`]). Every kernel reads both layouts, with the same
-/// bits. The AVX2 6 x 16 strips read every other cache line of a panel stored step by step;
-/// the half panels made large float32 products 1.00-1.06 x as fast and float64 1.04-1.09 x
-/// (2-core AMD EPYC Zen 4, call by call; see `docs/performance.md`). The AVX-512 tile reads a
-/// whole step at once, and few rows read from memory lost up to 5 % with halves there.
+/// bits. The AVX2 6 x 16 strips would read every other cache line of a panel stored step by
+/// step; the AVX-512 tile reads a whole step at once, and keeps steps whole.
 ///
-/// The panels start on a cache-line boundary inside their buffer (`start` values in), so no
-/// vector load of a panel spans two lines. The allocator hands out large blocks 16 bytes past
-/// a page boundary, which put the panels 16, 32 or 48 bytes past a line: every other 32-byte
-/// AVX2 load then spanned two lines. With the AVX2 kernels on an AMD EPYC (Zen 4, 2 cores),
-/// aligning them made GPT-2 small forwards 5-9 % faster (see `docs/performance.md`).
+/// The panels start on a cache-line boundary inside their buffer (`start` units in), so no
+/// vector load of a panel spans two lines (the allocator hands out large blocks 16 bytes past a
+/// page boundary, where every other 32-byte load would span two lines).
+///
+/// The units' layout is the storage format's ([`StorageFormat`]): panel `jp` of depth block `p`
+/// is [`StorageFormat::panel_units`]`(kc)` units, the panels of a depth block one after the
+/// other, the depth blocks one after the other.
 pub struct PackedB<T> {
     data: Vec<T>,
     /// Values of `data` before the first panel (fewer than a cache line's worth).
@@ -356,10 +354,7 @@ impl<T: ValueFormat> PackedB<T> {
                                 if live == T::PANEL_NR {
                                     // A whole panel's segment: two copies of a length known
                                     // when compiling (moves in registers, where a length known
-                                    // only when running calls `memcpy` for each 64-byte half: a
-                                    // 768 x 2304 float32 B packed in 0.92-1.01 ms against
-                                    // 1.21, float64 2.73-2.77 against 3.06-3.20, on one thread
-                                    // of the 2-core Xeon with a 2 MiB L2).
+                                    // only when running calls `memcpy` for each half).
                                     put(0, h);
                                     put(h, h);
                                 } else {
@@ -456,11 +451,7 @@ impl<T: ValueFormat> PackedB<T> {
 }
 
 /// Values of A from which `pack_a` packs on every thread, for a product that runs on every
-/// thread. With the AVX2 kernels on the 2-core AMD EPYC (Zen 4), two threads, float32 packed
-/// products, against the earlier bound of 2^17 (builds alternating in one process, medians of
-/// 11-15 per-round ratios): 64 x 768 against 768 / 2304 / 3072 columns 1.12 / 1.04 / 1.06 x,
-/// 24 and 32 x 768 x 768 1.13 x, 24-36 rows against 2304 or 3072 columns 0.97-1.00 x; one
-/// thread and 64 x 768 x 4 (a product left on one thread) 0.98-1.00 x.
+/// thread (below it, waking the other threads costs more than the packing they share).
 pub const A_PARALLEL_MIN: usize = 1 << 14;
 
 /// Pack all of A (M x K, any strides) into `mr`-row panels, block by block, with the

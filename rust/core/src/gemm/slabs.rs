@@ -14,18 +14,11 @@ use crate::Element;
 /// Rows of A from which a plain float64 B is packed in one piece rather than in slabs, with a
 /// family whose tile reads a panel in several passes (one that has a copying tile kernel:
 /// AVX2). Every slab makes the loops read all of A again, from the L3 cache; in one piece the
-/// row blocks pack A as they go and read B back from memory or the L3 cache. With the AVX2
-/// kernels on the 2-core AMD EPYC (Zen 4), one piece against slabs, alternating call by call
-/// in one process (medians of 9-11 paired ratios), float64, 768 to 2048 rows of 768 x 2304,
-/// 768 x 3072 and 768 x 768: 1.06-1.18 on one thread, 1.04-1.20 on two; 3072 x 768 0.97-1.16;
-/// 384 and 512 rows 1.01-1.06. float32 ranged 0.95-1.09 at 768 and 1024 rows, so it keeps the
-/// slabs, and so does the AVX-512 family (one piece 0.92-1.07).
+/// row blocks pack A as they go and read B back from memory or the L3 cache, which for float64
+/// and that many rows costs less. float32, and the AVX-512 family, keep the slabs.
 ///
-/// Only where the L2 cache holds no more than one slab (see `l2_holds_one_slab`): on the
-/// 2-core Intel Xeon with a 2 MiB L2, slabs against one piece, alternating process by process
-/// (three rounds, one thread, medians of five paired ratios against OpenBLAS's Haswell
-/// kernels), ran 1.02-1.05 x at 768 x 768 x 2304, 1024 x 768 x 2304 and 1024 x 768 x 3072
-/// float64 in every round, and 0.98-1.02 x at 1024 rows on two threads.
+/// Only where the L2 cache holds no more than one slab (see `l2_holds_one_slab`): with a
+/// larger L2 the slabs stay ahead. The measurements are in `benches/JOURNAL.md`.
 pub const ONE_PIECE_MIN_ROWS_F64: usize = 768;
 
 /// Whether an L2 cache of `l2` bytes holds at most one slab of [`tuning::SLAB_BYTES`] beside what the
@@ -93,19 +86,6 @@ pub(super) fn slab_columns(s: usize, count: usize, n: usize, nr: usize) -> (usiz
 /// being packed into memory first and read back (and without the threads waiting for each
 /// other between slabs). Every element's chain is the one of the single-piece product (slabs
 /// cut columns, never the depth), so the bits are the same.
-///
-/// Measured with the AVX2 path forced on the 2-core Sapphire Rapids Xeon against OpenBLAS's
-/// Haswell kernels (medians of 7 samples alternating in one process), gptcore/numpy in one
-/// piece -> in slabs, 128 / 256 / 1024 x 768 x 2304:
-/// - one thread: float32 0.87 / 0.93 / 0.91 -> 0.97 / 0.93 / 0.96, float64 0.69 / 0.79 /
-///   0.82 -> 0.95 / 0.98 / 0.86;
-/// - two threads: float32 0.81 / 0.80 / 0.86 -> 0.90 / 0.88 / 0.87, float64 0.78 / 0.75 /
-///   0.83 -> 0.87 / 0.88 / 0.82.
-///
-/// 256 x 3072 x 768 (A is read once per slab, and here it is four times B's slab): float32
-/// 0.88 -> 0.90 on one thread (one piece on two: three group-wide slabs cannot be shared
-/// evenly), float64 0.81 -> 0.84 on one thread and 0.88 -> 0.82 on two, within this machine's
-/// noise of about 7 %.
 pub(super) fn pack_by_slabs<T: GemmElement>(
     a: MatRef<'_, T>,
     b: MatRef<'_, T>,

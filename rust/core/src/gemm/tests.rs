@@ -982,8 +982,8 @@ fn slab_widths() {
 }
 
 /// The one-piece rule for float64 follows the L2's size: one piece on an L2 of less than two
-/// slabs (1 MiB, as on the Zen 4 EPYC) or of unknown size, slabs on one of two slabs or more
-/// (2 MiB, as on the Intel Xeon); and sysfs's cache sizes are read as it writes them.
+/// slabs (1 MiB) or of unknown size, slabs on one of two slabs or more (2 MiB); and sysfs's
+/// cache sizes are read as it writes them.
 #[test]
 fn one_piece_rule_follows_the_l2_size() {
     let slab = tuning::slab_bytes();

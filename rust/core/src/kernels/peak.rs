@@ -6,10 +6,8 @@
 //! cores with four units of latency four need sixteen).
 //!
 //! Benchmarks divide by this rate to say how far a product or a forward is from the machine's
-//! floor. A product that stays in the cache measures a lower bound of it only: on a 2-core AMD
-//! EPYC (Zen 4), the best in-cache 96 x 256 x 256 float32 product ran at 104 GFLOP/s per core
-//! with AVX2 kernels (gptcore's and OpenBLAS's alike), the probe at 117 with 256-bit vectors and
-//! with 512-bit ones.
+//! floor. A product that stays in the cache measures a lower bound of it only (its loads and
+//! stores take issue slots the probe leaves to the FMAs).
 //!
 //! The chains are [`super::probe`]'s.
 

@@ -4,19 +4,13 @@
 //!   the shape of BLIS's Haswell kernels. The shared packed B panel (NR = 32 f32 / 16 f64
 //!   columns, stored as two k-major halves) is taken half after half, each through the whole
 //!   depth block, reading the half's values in sequence; the A micro-panel (6 values per depth
-//!   step) is read once per half, from L1.
-//!   Measured against the earlier 3 rows x 4 vectors (a whole panel per pass) and 4 x 2
-//!   (AVX2 path forced on the 2-core Xeon with AVX-512, one thread, loaded machine, GFLOP/s
-//!   6x2 / 3x4 / 4x2): f32 256x768x2304 54 / 40 / 48, 1024x768x3072 66 / 44 / 62,
-//!   1024x3072x768 57 / 38 / 40; f64 256x768x2304 35 / 22 / 27, 1024x768x3072 36 / 23 / 29.
-//!   In cache (one 6-row A panel against 8 packed panels, best of 2000 runs) it does 82-87
-//!   GFLOP/s f32 and 39-44 f64 on that machine, about its AVX2 FMA peak.
-//! - Prefetching tile kernel (`kernel_prefetch`, every row block against packed B): the tile
-//!   kernel, prefetching a given run of cache lines into L2 at an even pace over its depth
-//!   steps (the loops hand each row tile a slice of the packed B read next, see
-//!   `gemm::loops::Ahead` and `gemm::loops::few_rows_in_chunks`).
-//! - Copying tile kernel (`kernel_copy`): the tile kernel storing the B panel it reads into a
-//!   packed copy, for B read in place (the other row tiles read the copy).
+//!   step) is read once per half, from L1. In cache it runs near the AVX2 FMA peak (3 x 4 and
+//!   4 x 2 tiles ran well below it).
+//!   With a prefetch run in its auxiliary arguments, the tile kernel also fetches it into L2 at
+//!   an even pace over its depth steps (the loops hand each row tile a slice of the packed B
+//!   read next, see `gemm::loops::Ahead` and `gemm::loops::few_rows_in_chunks`); with a copy
+//!   destination, it stores the B panel it reads there as a packed copy, for B read in place
+//!   (the other row tiles read the copy).
 //! - Wide kernel (1 to 3 rows against 4 consecutive panels): the 16 vectors per row are
 //!   taken in groups of as many as the 12 accumulators allow (1 row: 8, 2 rows: 6, 3 rows: 4).
 //! - Stream kernel (1 to 8 rows against B read in place along whole rows): as in the AVX-512
@@ -35,33 +29,16 @@ pub const MR_F64: usize = 6;
 
 /// Prefetch distance (depth steps) for B read in place by the tile kernel: each step is another
 /// row of B, so the distance is all that hides memory's latency from the row tile that reads
-/// (and copies) the panels first. On the 2-core AMD EPYC (Zen 4), 64 x 768 x 3072 / 64 x 3072 x
-/// 768 / 64 x 768 x 768 / 32 and 48 x 768 x 2304 (per-round ratios against 16 in one process,
-/// medians of 9-11, two runs): float32 1.03-1.07 / 1.03 / 1.04-1.11 / 1.06-1.08 / 1.08, float64
-/// 1.04-1.06 / 1.00-1.04 / 1.03-1.05 / 1.06 / 1.02-1.04 on one thread, 1.01-1.11 on two; 24, 40
-/// and 48 steps about the same, 96 less. (The AVX-512 tile, one pass a panel, gained nothing.)
+/// (and copies) the panels first.
 const PF_B: usize = 32;
 /// Prefetch distance (depth steps) for packed B panels in the tile kernel: 48 steps = 6 KiB of
-/// the panel. With the AVX2 path forced on the 2-core Sapphire Rapids Xeon (one thread, thread
-/// CPU time, alternating processes), 32 steps gave +2-5 % on 1024x3072x768, 64x768x3072 and
-/// 256x768x50257 against none (71-73 -> 73-75, 70-72 -> 73-75, 66-72 -> 74-76 GFLOP/s). On the
-/// 2-core AMD EPYC (Zen 4), exactly 4 KiB ahead was the worst distance near it: against 32
-/// steps (per-round ratios in one process, medians of 9-11), 16, 24, 40 and 48 steps all ran
-/// 1-3 % faster on 64, 256 and 1024-row products, float32 and float64, one and two threads,
-/// while a second run of 32 read 0.99-1.00; 48 also 1.02-1.04 on the LM head's 768 x 50257,
-/// and 0.99-1.00 on 12 and 24 rows. (The AVX-512 tile, which reads a step in one pass, showed no
-/// such dip at 32.)
+/// the panel (not 32, exactly 4 KiB ahead, which some cores handle worst).
 const PF_B_PACKED: usize = 48;
 /// Prefetch distance (depth steps) for B read in place by the wide kernel.
 const PF_WIDE: usize = 8;
 /// Prefetch distance (depth steps, into L2) for packed half panels in the wide kernel's
 /// three-row passes, which read a panel's two halves side by side: 64 steps = 4 KiB of each
-/// half. On the 2-core AMD EPYC (Zen 4), one thread, 3 x 768 x 3072 from memory (24 float32 or
-/// 12 float64 matrices): against no prefetch 1.07-1.25 x (96 steps 1.09-1.13 x); against
-/// panels stored step by step still 0.85-0.90 x in float32 (0.81-0.85 x without it), and
-/// 0.94-0.96 x from L2 or L3 (two instructions more a step). Prefetching into L1 16 or 48
-/// steps ahead had not helped; the same prefetch in the one-row and two-row passes (four and
-/// three halves side by side) ran 0.97 and 1.03 x.
+/// half: three rows read from memory wait on the two halves' streams otherwise.
 const PF_WIDE_HALVES: usize = 64;
 
 macro_rules! avx2_impl {
@@ -159,16 +136,9 @@ macro_rules! avx2_impl {
                 // lines are aligned, so a strip of at most two vectors reads one line a step.
                 //
                 // A step of the 6 x 16 strip is 12 FMAs and 8 loads (2 of B, 6 broadcasts of
-                // A); with its two prefetches and loop control the compiled loop was about 26
-                // instructions for 6 cycles of FMAs, over 4 a cycle, near what the core's front
-                // end issues. The AVX-512 tile needs
-                // under 2 a cycle for the same FMA rate. On the 2-core AMD EPYC (Zen 4, a VM),
-                // whose AVX2 rate varied from minute to minute (75-107 GFLOP/s in cache, where the
-                // AVX-512 tile's stayed at 100-110), two steps an iteration and one prefetch a
-                // step (there were two) gave, against the build before (call by call, packed B):
-                // 256 x 768 x 3072, 256 x 3072 x 768 float32 1.00-1.08 x on one thread and
-                // 1.02-1.07 x on two, 1024 x 768 x 2304 1.00-1.05 x, float64 1.04-1.12 x; 4 to
-                // 24 rows 0.93-1.06 x (noise); the larger gains in the busier minutes.
+                // A); with a prefetch and loop control it is over 4 instructions a cycle at the
+                // FMA rate, near what a core's front end issues: hence two steps an iteration
+                // and one prefetch a step for a packed strip (below).
                 let mut step = |two_lines: bool| {
                     if PF {
                         pacer.step();

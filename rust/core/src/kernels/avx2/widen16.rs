@@ -4,17 +4,9 @@
 //! loaded as 16 bytes and widened in a register (bfloat16: zero-extend and shift left by 16;
 //! float16: F16C `vcvtph2ps`), both exact, then the same FMA chain as the float32 kernel.
 //!
-//! The earlier 3 x 32 tile gave a prefill (forward over 1 x 128 tokens of GPT-2 small, AVX2
-//! path forced on the 2-core Sapphire Rapids Xeon) 0.86 x (bfloat16) and 0.74 x (float16) the
-//! float32 model's speed on one thread.
-//!
-//! The prefetching variant (`tile_prefetch_*`, see [`crate::kernels::TilePrefetchFn`]) fetches
-//! the packed B the loops read next into L2 while it computes, as the float32 one does; with it
-//! products of at most 36 rows take the loops' chunked path. GPT-2 small forward on that
-//! machine, two threads, against the tile kernel alone (builds alternated in one process,
-//! medians of 9 rounds): bfloat16 1 x 1 token 1.10 x the speed, 8 x 1 1.18, 1 x 8 1.17,
-//! 1 x 24 1.10, 1 x 64 1.00; float16 1 x 1 1.03, 8 x 1 1.13, 1 x 8 1.16, 1 x 24 0.98,
-//! 1 x 256 1.02; one thread, bfloat16, 1 x 1 1.03, 1 x 8 1.28, 1 x 24 1.03.
+//! With a prefetch run in its auxiliary arguments ([`crate::kernels::TileAux`]), the tile
+//! kernel fetches the packed B the loops read next into L2 while it computes, as the float32
+//! one does; with it products of at most 36 rows take the loops' chunked path.
 
 use super::gemm::f32k::lane_mask;
 use crate::formats::{Bf16, F16};

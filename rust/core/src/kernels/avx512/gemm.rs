@@ -1,16 +1,10 @@
 //! AVX-512F micro-kernels: 12 rows x 2 zmm vectors (f32: 12 x 32, f64: 12 x 16), 24
 //! accumulators in registers. Column edges use masked loads and stores.
 //!
-//! The prefetching tile kernel (`kernel_prefetch_*`) is the tile kernel fetching a given run
-//! of cache lines into L2 at an even pace over its depth steps: with it the loops fetch the
-//! packed B read next while the row tiles compute (`gemm::loops::Ahead` for row blocks of many
-//! tiles, `gemm::loops::few_rows_in_chunks` for at most 36 rows). On the 2-core Sapphire
-//! Rapids Xeon, against the tile kernel alone (per-round ratios of samples alternating in one
-//! process, medians of 5-7 rounds): products over 400 MB of packed GPT-2 small shapes, one
-//! thread, float32 8 / 64 / 256 / 1024 rows 1.07 / 1.14 / 1.10 / 1.08, float64 1.04 / 1.11 /
-//! 1.09 / 1.02; two threads, float32 64 / 256 / 1024 rows 1.13 / 1.01 / 1.05; a GPT-2 small
-//! forward, two threads, 8 / 12 / 24 / 64 / 256 tokens 1.13 / 1.06 / 1.11 / 1.05 / 1.13, one
-//! token of 8 sequences 1.07, 8 x 128 tokens 1.19.
+//! With a prefetch run in its auxiliary arguments, the tile kernel fetches the run's cache
+//! lines into L2 at an even pace over its depth steps: with it the loops fetch the packed B
+//! read next while the row tiles compute (`gemm::loops::Ahead` for row blocks of many tiles,
+//! `gemm::loops::few_rows_in_chunks` for at most 36 rows).
 
 use crate::kernels::contract::{by_rows, StreamArgs, TileArgs, TileAux, WideArgs};
 use crate::kernels::pacer::Pacer;
@@ -20,20 +14,14 @@ pub const MR_F32: usize = 12;
 pub const MR_F64: usize = 12;
 /// Software prefetch distances of the tile kernels, in depth steps ahead (A: 32 steps =
 /// 3 KiB; B: 16 steps = 2 KiB for f64 and for B read in place, [`PF_B_PACKED_F32`] for f32
-/// packed panels). f64, measured on the 2-core Zen 4 machine, alternating builds in one
-/// process: +4-7 % on 1024x3072x768 and 2048^3 (1 and 2 threads) against no prefetch, about
-/// the same at 64/32; A alone gave +3 %. f32 showed no gain there (within +-2 %), but on the
-/// 2-core Sapphire Rapids Xeon it gains 10-20 %: see [`PF_B_PACKED_F32`].
+/// packed panels): fetching ahead hides the latency of the streams the hardware prefetcher
+/// follows late or not at all (B's rows far apart, the two halves of a panel).
 const PF_A: usize = 32;
-/// Prefetch distance of packed f32 B panels in the tile kernel: 32 steps = 4 KiB ahead. On the
-/// 2-core Sapphire Rapids Xeon (one thread, thread CPU time, medians of alternating processes):
-/// 1024x3072x768 130-134 -> 147-150 GFLOP/s, 64x768x3072 127-139 -> 154, 256x768x50257
-/// 122 -> 136-140, 256x768x2304 150-153 -> 158-160; decoding 8 sequences of GPT-2 small
-/// (B streamed from memory one panel at a time) 104-116 -> 145-151 tokens/s; 16 and 64 steps
-/// about the same as 32 there.
+/// Prefetch distance of packed f32 B panels in the tile kernel: 32 steps = 4 KiB ahead (a step
+/// of a float32 panel is two cache lines).
 const PF_B_PACKED_F32: usize = 32;
-/// Prefetch distance (depth steps) of the wide kernel when it reads B in place (rows far apart):
-/// 8 gave 5.2 -> 6.5 GFLOP/s on a one-row 768 x 2304 product from memory, 16 and 32 less.
+/// Prefetch distance (depth steps) of the wide kernel when it reads B in place (rows far apart,
+/// which the hardware prefetcher does not follow).
 const PF_WIDE: usize = 8;
 const PF_B: usize = 16;
 
@@ -161,16 +149,11 @@ macro_rules! avx512_kernel {
         /// kept in memory (the rows' column range stays in L1 or L2) and takes eight depth
         /// steps per pass, each from its own row of B, so B is read as eight long sequential
         /// streams instead of one short piece per row and panel. Per element the same chain
-        /// `c = fma(a[k], b[k][j], c)`, k ascending from a zero C. Eight steps per pass
-        /// measured 10-40 % above four (one row and eight, 768 x 2304 from memory, float32
-        /// and float64, 1 and 2 threads); sixteen no better than eight.
+        /// `c = fma(a[k], b[k][j], c)`, k ascending from a zero C (eight streams keep the
+        /// memory busier than four; more pass C less often but do not read faster).
         ///
         /// Whole vectors of C and B go through plain loads and stores, only a partial last
-        /// vector through masked ones. With every access masked (the first version), the
-        /// 2-core AMD EPYC of family 26 (Zen 5) read B at 0.67-0.83 of the plain version's
-        /// rate on one thread (medians of 5 alternating runs, 768 x 2304 from memory: one row
-        /// float32 29 -> 41 GB/s, float64 31 -> 43; eight rows 12.8 -> 15.5 and 15.2 ->
-        /// 16.1), and below its own AVX2 kernel; the Intel cores had not shown it.
+        /// vector through masked ones: masked loads are slower on some cores.
         #[target_feature(enable = "avx512f")]
         unsafe fn $stream<const M: usize>(s: &StreamArgs<$T, $T>) {
             let StreamArgs { cols, k, a, lda, b, ldb, .. } = *s;

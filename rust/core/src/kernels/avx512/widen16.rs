@@ -12,16 +12,12 @@ pub const MR: usize = 12;
 
 /// Software prefetch of the packed 16-bit B panels, in depth steps ahead (one step of a panel
 /// is 64 bytes, one cache line; 16-bit panels are stored step by step). The tile kernel: 64
-/// steps = 4 KiB; the wide kernel, which
-/// reads four panels side by side: 16 steps of each = 4 KiB in all. On the 2-core Sapphire
-/// Rapids Xeon, one thread, GPT-2 small decode with float16 weights (alternating in one
-/// process): 8 sequences 155-163 -> 222-241 tokens/s (16 steps: 190-206); one sequence
-/// 45-48 -> 52-56 tokens/s (8 steps: 51-53). The hardware prefetcher alone leaves the loads
-/// waiting on memory (the widening instructions took the stall cycles in `perf annotate`).
+/// steps = 4 KiB; the wide kernel, which reads four panels side by side: 16 steps of each =
+/// 4 KiB in all. The hardware prefetcher alone leaves the loads waiting on memory in decoding
+/// (the widening instructions take the stall cycles).
 const PF_TILE: usize = 64;
-/// The tile kernel's distance for a full 12-row tile (prefill): 32 steps = 2 KiB. A forward
-/// over 1 x 128 tokens, one thread, against the float32 model in the same rounds: no prefetch
-/// 0.89 x, 16 steps 0.94 x, 32 steps 0.95-0.98 x (adding A 32 steps ahead: no change).
+/// The tile kernel's distance for a full 12-row tile (prefill, a panel read from L2 once per
+/// tile): 32 steps = 2 KiB.
 const PF_TILE_FULL: usize = 32;
 const PF_WIDE: usize = 16;
 

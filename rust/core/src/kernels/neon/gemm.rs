@@ -19,11 +19,7 @@
 //!
 //! Against 16-bit B (bfloat16 or float16 panels, float32 A and C) the float32 blocks, tile and
 //! wide kernel run with each 4-value B vector loaded as 8 bytes and widened exactly in a
-//! register (bfloat16: `ushll` by 16; float16: `fcvtl`), then the same FMA chains. Under
-//! qemu-aarch64 on the x86-64 development machine (emulated, one thread, best of 3, a
-//! 64 x 768 x 2304 product), they took 1.06 (bfloat16) and 1.36 (float16) times the float32
-//! kernels' time, where the portable 16-bit kernels they replace took 1.80 and 2.59; no
-//! native aarch64 machine was at hand to time them on.
+//! register (bfloat16: `ushll` by 16; float16: `fcvtl`), then the same FMA chains.
 
 use crate::formats::{Bf16, F16};
 use crate::kernels::contract::{by_rows, BPanel, CTile, StreamArgs, TileArgs, TileAux, WideArgs};
