@@ -11,14 +11,20 @@
 //! scales and values in the units the format chooses ([`StorageFormat::PANEL_BLOCK_UNITS`]).
 //!
 //! # Adding a format
-//! 1. One file here: the unit type, [`StorageFormat`], [`WidensTo`] (the portable definition
-//!    of its values, which the portable kernels run), and its rounding from float32.
-//! 2. One line in `for_each_stored_format!` (`registry.rs`): the kernels then take it in every
-//!    family (the
-//!    portable kernels in a family that has none of its own), the decoder stores weights in
-//!    it, and `weight_dtype` accepts its name.
-//! 3. Optionally, one kernel file per family (`kernels/<family>/<format>.rs`) and the family's
-//!    method for the format returning them.
+//! 1. One file here: the unit type with [`StorageFormat`] and [`WidensTo`] for float32 and
+//!    float64 (the definition of its values: the portable kernels run it, and every family's
+//!    kernels for the format must equal it bit for bit), and its rounding from float32. A
+//!    format of single values is packed by `gemm::PackedB`'s own packing ([`ValueFormat`]); a
+//!    block format packs its panels itself and hands them over with
+//!    `PackedB::from_packed_units`.
+//! 2. One line in `for_each_stored_format!` (`registry.rs`). From it, every kernel family gets
+//!    a method for the format (the portable kernels unless the family overrides it), float32
+//!    and float64 get `KernelsFor` it, `weight_dtype` accepts its name ([`WeightFormat`]), and
+//!    the decoder looks up what to do with it (`decoder::storage`, whose `Stored<W>` has a
+//!    `WeightStorage` for formats of 16-bit values; the first block format brings the one for
+//!    blocks). No layer of the decoder changes.
+//! 3. Optionally, one kernel file per family (`kernels/<family>/<format>.rs`), returned by the
+//!    family's method for the format.
 //!
 //! Whatever the format, the products' contract holds for the widened values: a product with a
 //! stored right-hand side gives, bit for bit, the product whose right-hand side holds the
