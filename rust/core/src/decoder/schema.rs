@@ -3,17 +3,8 @@
 //! ([`super::Model::new`]), exporting ([`super::Model::export`]) and Python's validation, weight
 //! initialisation and documentation ([`schema`]) all read it from here.
 
+pub use super::tensor::{Tensor, TensorSpec};
 use super::Config;
-
-/// One tensor: its name, shape, and what it is (the initialisation schemes key on the kind:
-/// `wte`, `wpe`, `ln_weight`, `ln_bias`, `c_attn`, `attn_proj`, `c_fc`, `mlp_proj`, `bias`,
-/// `lm_head`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct TensorSpec {
-    pub name: String,
-    pub shape: Vec<usize>,
-    pub kind: &'static str,
-}
 
 fn spec(name: String, shape: &[usize], kind: &'static str) -> TensorSpec {
     TensorSpec {
@@ -151,12 +142,6 @@ impl Layout {
 /// The schema of `cfg`: every tensor's name, shape and kind in canonical order.
 pub fn schema(cfg: &Config) -> Vec<TensorSpec> {
     Layout::new(cfg).tensors().into_iter().cloned().collect()
-}
-
-/// A named weight handed to [`super::Model::new`]: its shape and row-major data.
-pub struct Tensor<'a, T> {
-    pub shape: Vec<usize>,
-    pub data: &'a [T],
 }
 
 pub use super::storage::Source;
