@@ -16,6 +16,9 @@
 #                the Llama family (tests/test_llama_model.py) and the cross-architecture
 #                digests (tests/test_digests.py, tests/test_llama_digests.py), for every kernel
 #                the aarch64 build offers
+#   7. neon-mix  the NEON tile kernels' inner loops read from the aarch64 test executable's
+#                disassembly (benches/neon_fmla_mix.py): no spill, bounded overhead a depth
+#                step; a kernel that stops meeting it fails the run
 #
 # pytest args replace the default selection. Environment:
 #   ARM64_CACHE           cache directory (default /var/cache/gptcore-arm64); delete it to
@@ -235,8 +238,9 @@ in_root "${ARM64_PYTEST_TIMEOUT:-1500}" /bin/sh -c 'cd /src && exec "$0" -m pyte
   exit $rc
 }
 
-# The instruction mix of the NEON tile kernels' inner loops (a report, not a test), read from
-# the Rust test executable: release code generation, symbol names kept (the wheel's are not).
+# The NEON tile kernels' inner loops, read from the Rust test executable (release code
+# generation, symbol names kept; the wheel's are not): a kernel that spills or spends more than
+# the script's bound of instructions a depth step beside its fmla and loads fails the run.
 phase neon-mix
 TESTBIN=$(cargo_arm64 test -p gptcore-core --release --target "$TARGET" --no-run --message-format=json 2>/dev/null |
   "$TOOLS/bin/python" -c 'import json, sys
@@ -244,7 +248,8 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gptcore_core":
         print(m["executable"])' | tail -1)
-"$TOOLS/bin/python" benches/neon_fmla_mix.py "$TESTBIN" || echo "[arm64] neon_fmla_mix.py failed (a report, not a test)"
+[ -n "$TESTBIN" ] || { echo "arm64.sh: no aarch64 test executable for the NEON check" >&2; exit 1; }
+"$TOOLS/bin/python" benches/neon_fmla_mix.py "$TESTBIN"
 phase ""
 echo "[arm64] times:"
 printf '[arm64]   %s\n' "${TIMES[@]}"

@@ -1,18 +1,29 @@
-"""The instruction mix of the NEON micro-kernels' inner loops, from their disassembly.
+"""The instruction mix of the NEON micro-kernels' inner loops, from their disassembly: a check.
 
-Speed on ARM cannot be measured under emulation, so the kernels' code is checked instead: in
-every innermost loop of the tile kernels (`neon::kernel_f32`, `neon::kernel_f64` and the
-`tile_*` functions they call, one per block shape) that does
-arithmetic, the share of `fmla` instructions (target: at least 70 %) and the loads and stores
-relative to the stack pointer (spills; target: none). The wide and stream kernels, and the
-tile and wide kernels against bfloat16 and float16 B (each B vector widened by one more
-instruction), are listed too, for information. Exit status 1 when a float32 or float64 tile
-kernel misses a target.
+Speed on ARM cannot be measured under emulation, so the tile kernels' code is checked instead.
+In every innermost loop of the tile kernels (`neon::kernel_f32`, `neon::kernel_f64` and the
+`tile_*` functions they call, one per register block) that does arithmetic, a depth step of a
+block of R rows x W vectors must issue its R x W `fmla` and load its W vectors of B and its A
+values; every other instruction is overhead: an address addition a step for each half of a
+panel whose layout (`ldb`, `hoff`) comes at run time, and the loop's counter, branch and two
+pointer increments over an unroll of two or four steps, at most 2 + 4 / 2 = 4 instructions a
+step. The script fails (exit status 1) when a tile loop loads or stores relative to the stack
+pointer (a spill: the block no longer fits the registers) or spends more than
+`--max-overhead` (4) instructions a depth step on overhead (a block that lost its unrolling or
+its addressing). `.ci/arm64.sh` runs it on every build, so CI fails when the kernels stop
+meeting it. The wide and stream kernels, and the tile and wide kernels against bfloat16 and
+float16 B (each B vector widened by one more instruction), are listed too, for information.
 
-A one-row block (the last row of a product whose rows leave one over a multiple of 12) is
-held to "no spills" only: each B vector it loads meets one A value, so with two vectors per
-load instruction (`ldp`) no more than 8 of every 12 instructions can be `fmla` even before
-the A load and the loop's own instructions.
+Why not a share of `fmla` among all instructions (70 % was the first target): the share is set
+by the block's shape before any overhead. A block of R rows issues R `fmla` per B vector and
+loads two B vectors an instruction (`ldp`): with no overhead at all a one-row block reaches
+62 % (its A load included), a two-row block 76 %; the address of each half of a panel and the
+loop's counting then bring the compiled two-row blocks to 67 %, with 2.75 instructions of
+overhead a step, no more than the other blocks' 3 to 3.5. A core whose front end issues more
+instructions a cycle than it has FMA pipes keeps the pipes busy as long as the other
+instructions fit in the slots the `fmla` leave, so the share alone says little; what the code
+can get wrong, and what this checks, is spills and overhead. The share, and the share a block
+would have with no overhead, are printed beside it.
 
     # on an ARM machine: builds the core's test executable and reads it
     python3 benches/neon_fmla_mix.py
@@ -126,6 +137,11 @@ def reg(operand: str) -> str:
     return m.group(1) if m else operand.strip()
 
 
+def vector_loads(body: list[tuple[int, str, str]]) -> int:
+    """Load instructions into vector registers (`ldp` of two vectors counts once)."""
+    return sum(1 for _, op, args in body if op.startswith("ld") and re.match(r"[{qdsv]", args))
+
+
 def block_shape(body: list[tuple[int, str, str]]) -> tuple[int, int]:
     """(rows, accumulators) of the register block a loop computes: accumulators are the
     distinct fmla destinations; rows the fmla per B vector loaded (each B vector, a value
@@ -156,7 +172,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("binary", nargs="?", help="aarch64 executable or object (default: build)")
     ap.add_argument("--target", help="cargo target when building, e.g. aarch64-unknown-linux-gnu")
-    ap.add_argument("--min-share", type=float, default=0.70)
+    ap.add_argument("--max-overhead", type=float, default=4.0,
+                    help="instructions a depth step beyond the fmla and the vector loads")
     args = ap.parse_args()
     binary = args.binary or test_executable(args.target)
     funcs = functions(binary)
@@ -164,11 +181,12 @@ def main() -> int:
     if missing:
         sys.exit(f"not found in {binary}: {', '.join(missing)}")
     ok = True
+    checked = 0
     print(
         "| function | loop | block (rows x vectors) | instructions | fmla | share"
-        " | stack loads/stores |"
+        " | share without overhead | overhead a step | stack loads/stores |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in TILE + OTHER:
         if name not in funcs:
             continue
@@ -177,22 +195,34 @@ def main() -> int:
             if fmla == 0:
                 continue  # copies and edge handling, not arithmetic
             rows, accs = block_shape(body)
+            loads = vector_loads(body)
             share = fmla / len(body)
-            # The stream kernels keep C in memory: no register block to show.
-            shape = "-" if name.startswith("stream") else f"{rows} x {accs // max(rows, 1)}"
             sp = spills(body)
+            # The stream kernels keep C in memory: no register block, no depth steps to count.
+            if name.startswith("stream"):
+                shape, floor, per_step = "-", "-", "-"
+            else:
+                shape = f"{rows} x {accs // max(rows, 1)}"
+                steps = fmla / max(accs, 1)
+                floor = f"{fmla / (fmla + loads):.0%}"
+                per_step = (len(body) - fmla - loads) / steps
             flag = ""
-            if name in TILE and (sp or (share < args.min_share and rows >= 2)):
-                ok = False
-                flag = " **below target**"
-            elif name in TILE and share < args.min_share:
-                flag = " (one row: at most 67 %)"
+            if name in TILE:
+                checked += 1
+                if sp or per_step > args.max_overhead:
+                    ok = False
+                    flag = " **target missed**"
+            per_step_text = per_step if isinstance(per_step, str) else f"{per_step:.2f}"
             print(
-                f"| {name} | {body[0][0]:#x} | {shape} | {len(body)}"
-                f" | {fmla} | {share:.0%}{flag} | {sp} |"
+                f"| {name} | {body[0][0]:#x} | {shape} | {len(body)} | {fmla} | {share:.0%}"
+                f" | {floor} | {per_step_text}{flag} | {sp} |"
             )
     print()
-    print("tile kernels:", "every inner loop meets the targets" if ok else "TARGET MISSED")
+    if checked == 0:
+        print("tile kernels: no arithmetic loop found")
+        return 1
+    print(f"tile kernels ({checked} loops):", "no spill, at most "
+          f"{args.max_overhead:g} overhead instructions a depth step" if ok else "TARGET MISSED")
     return 0 if ok else 1
 
 

@@ -12,6 +12,11 @@ block (``$ command`` and output) is shown as a session, but its copy button shou
 what a reader types. Material copies the ``data-copy`` attribute of the enclosing element when
 there is one: it is set here to the prompted lines with the prompts removed.
 
+The journal. ``benches/JOURNAL.md`` (the dated measurements, kept beside the benchmarks) is
+added to the site as ``journal.md``: the Performance page links to it, the navigation does not
+list it (``not_in_nav`` in mkdocs.yml). Links inside it name files, not pages, so that they read
+the same in the repository.
+
 Roles. Sphinx cross-reference roles (``:func:`x```) render literally in mkdocstrings; the
 docstrings use plain ``x`` instead (tests/test_docs.py checks). A role that slips in is still
 dropped here, keeping its code span.
@@ -23,6 +28,7 @@ import html
 import io
 import re
 import sys
+from pathlib import Path
 
 _ROLE = re.compile(r":(?:func|meth|class|mod|data|attr|exc|obj|const):(?=<code>)")
 _BLACK = re.compile(r"#000000\b")
@@ -68,6 +74,23 @@ def install_figure_show() -> None:
 def on_config(config, **kwargs):
     install_figure_show()
     return config
+
+
+#: The journal's source, beside the benchmarks, and its page on the site.
+JOURNAL_SOURCE = Path(__file__).resolve().parent.parent / "benches" / "JOURNAL.md"
+JOURNAL_PAGE = "journal.md"
+
+
+def on_files(files, config, **kwargs):
+    from mkdocs.structure.files import File
+
+    files.append(File.generated(config, JOURNAL_PAGE, abs_src_path=str(JOURNAL_SOURCE)))
+    return files
+
+
+def on_serve(server, config, builder, **kwargs):
+    server.watch(str(JOURNAL_SOURCE))  # `mkdocs serve` rebuilds when the journal changes
+    return server
 
 
 _PROMPTS = {"pycon": (">>> ", "... "), "console": ("$ ",)}

@@ -15,14 +15,17 @@ WIDTHS = (1280, 390)
 
 
 def site_pages() -> List[str]:
-    """The site's pages, as URL paths, discovered from the Markdown sources in docs/."""
+    """The site's pages, as URL paths, discovered from the Markdown sources in docs/, and the
+    benchmark journal (benches/JOURNAL.md, which docs/_hooks.py adds as ``journal/``)."""
     pages = []
     for md in sorted(DOCS.rglob("*.md")):
         rel = md.relative_to(DOCS).with_suffix("")
         if rel.name == "index":
             rel = rel.parent
         pages.append("" if str(rel) == "." else rel.as_posix() + "/")
-    return pages
+    if (ROOT / "benches" / "JOURNAL.md").is_file():
+        pages.append("journal/")
+    return sorted(pages)
 
 
 def set_width(drv, width: int, height: int = 900) -> None:

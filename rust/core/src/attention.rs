@@ -13,7 +13,7 @@
 
 use crate::gemm::pack::{pack_a, KBlocks};
 use crate::gemm::MatRef;
-use crate::kernels::{GemmKernels, HasKernels, Kernel};
+use crate::kernels::{BPanel, CTile, GemmKernels, HasKernels, Kernel, TileArgs, TileAux};
 use crate::kv_cache::{HeadKv, KB};
 use crate::ops::Transcendental;
 
@@ -138,18 +138,23 @@ unsafe fn scores<T: HasKernels + Transcendental>(
         while i < nq {
             let rows = mr.min(nq - i);
             if vis.keys(i + rows - 1, k0 + j, nkeys - j) > 0 {
-                (kernels.tile)(
+                let tile = TileArgs {
                     rows,
                     cols,
-                    dh,
-                    scratch.qpack.as_ptr().add(i * dh),
-                    kv.kt_panel(k0 + j),
-                    nr,
-                    nr / 2,
-                    scratch.s.as_mut_ptr().add(i * KB + j),
-                    KB,
-                    false,
-                );
+                    kc: dh,
+                    a: scratch.qpack.as_ptr().add(i * dh),
+                    b: BPanel {
+                        ptr: kv.kt_panel(k0 + j),
+                        ldb: nr,
+                        hoff: nr / 2,
+                    },
+                    c: CTile {
+                        ptr: scratch.s.as_mut_ptr().add(i * KB + j),
+                        ldc: KB,
+                    },
+                    accumulate: false,
+                };
+                (kernels.tile)(&tile, &TileAux::NONE);
             }
             i += rows;
         }
@@ -235,18 +240,23 @@ unsafe fn add_pv<T: HasKernels + Transcendental>(
             let rows = mr.min(nq - i);
             let kc = vis.keys(i, k0, nkeys);
             if kc > 0 {
-                (kernels.tile)(
+                let tile = TileArgs {
                     rows,
                     cols,
                     kc,
-                    scratch.ppack.as_ptr().add(i * nkeys),
-                    vpanel,
-                    nr,
-                    nr / 2,
-                    blk.out.add(i * blk.ldo + c0),
-                    blk.ldo,
-                    kb > 0,
-                );
+                    a: scratch.ppack.as_ptr().add(i * nkeys),
+                    b: BPanel {
+                        ptr: vpanel,
+                        ldb: nr,
+                        hoff: nr / 2,
+                    },
+                    c: CTile {
+                        ptr: blk.out.add(i * blk.ldo + c0),
+                        ldc: blk.ldo,
+                    },
+                    accumulate: kb > 0,
+                };
+                (kernels.tile)(&tile, &TileAux::NONE);
             } else if kb == 0 {
                 // (Every row sees key 0, so this does not happen; the rows are still defined.)
                 for r in 0..rows {

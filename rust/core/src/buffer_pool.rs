@@ -2,8 +2,8 @@
 //!
 //! A large result (the logits of a long forward pass: 206 MB for GPT-2 small at T = 1024)
 //! written to fresh memory pays a page fault and a zeroing pass per page on first touch; on a
-//! virtual machine that reports freed memory to its host, a host fault as well, which made a
-//! T = 1024 forward run ~200 ms slower when other work ran between two passes. A pool keeps a
+//! virtual machine that reports freed memory to its host, a host fault as well (a visible share
+//! of a long forward pass when other work ran between two passes). A pool keeps a
 //! few buffers whose owners (the Python arrays) are gone and gives them out again, so
 //! repeated passes write to memory that is already mapped.
 

@@ -1,8 +1,13 @@
 //! The two floating-point types gptcore computes in, and what the kernels need of them.
 
-/// f32 (the fast path) or f64 (the reference path).
+use crate::formats::{ValueFormat, WidensTo};
+
+/// f32 (the fast path) or f64 (the reference path): each a storage format of its own
+/// (panels of the compute type, read as they are; see `formats/compute.rs`).
 pub trait Element:
-    Copy
+    ValueFormat
+    + WidensTo<Self>
+    + Copy
     + Send
     + Sync
     + Default
@@ -17,10 +22,10 @@ pub trait Element:
     + 'static
 {
     /// Columns in one packed panel of the right-hand side (shared by every kernel of this type,
-    /// so that a matrix packed once serves whichever kernel is active).
-    const NR: usize;
-    /// Largest depth of one packed block (the KC of the five-loop algorithm).
-    const KC_MAX: usize;
+    /// so that a matrix packed once serves whichever kernel is active): the format's.
+    const NR: usize = <Self as crate::formats::StorageFormat>::PANEL_NR;
+    /// Largest depth of one packed block (the KC of the five-loop algorithm): the format's.
+    const KC_MAX: usize = <Self as crate::formats::StorageFormat>::PANEL_KC_MAX;
     const ZERO: Self;
     const ONE: Self;
     const NAME: &'static str;
@@ -35,10 +40,8 @@ pub trait Element:
 }
 
 macro_rules! impl_element {
-    ($t:ty, $nr:expr, $kc:expr, $name:expr) => {
+    ($t:ty, $name:expr) => {
         impl Element for $t {
-            const NR: usize = $nr;
-            const KC_MAX: usize = $kc;
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             const NAME: &'static str = $name;
@@ -82,5 +85,5 @@ macro_rules! impl_element {
     };
 }
 
-impl_element!(f32, 32, 384, "float32");
-impl_element!(f64, 16, 256, "float64");
+impl_element!(f32, "float32");
+impl_element!(f64, "float64");

@@ -10,7 +10,7 @@
 //! buffer is an ordinary zeroed allocation.
 
 use crate::error::{Error, Result};
-use crate::gemm::pack::PanelValue;
+use crate::formats::StorageFormat;
 use crate::Element;
 
 /// Buffers at least this large are advised to use huge pages.
@@ -50,7 +50,7 @@ fn advise_huge(ptr: *mut u8, bytes: usize) {
 
 /// A zero-filled vector of `n` values, or `Error::Memory` stating the bytes needed (instead of
 /// aborting the process when the allocation cannot be made).
-pub fn try_zeroed<T: PanelValue>(n: usize, what: &str) -> Result<Vec<T>> {
+pub fn try_zeroed<T: StorageFormat>(n: usize, what: &str) -> Result<Vec<T>> {
     let layout = n
         .checked_mul(std::mem::size_of::<T>())
         .filter(|&b| b <= isize::MAX as usize)
@@ -64,7 +64,7 @@ pub fn try_zeroed<T: PanelValue>(n: usize, what: &str) -> Result<Vec<T>> {
     };
     let layout = layout.ok_or_else(fail)?;
     if layout.size() == 0 {
-        return Ok(vec![T::PAD; n]);
+        return Ok(vec![T::ZERO_UNIT; n]);
     }
     // SAFETY: the layout has non-zero size; a panel value's zero (`PAD`: 0.0, or the 16-bit
     // pattern 0) is the all-zero bit pattern

@@ -37,7 +37,7 @@ pub fn view2<'a, T: numpy::Element + Copy>(arr: &'a PyReadonlyArray2<'_, T>) -> 
     let strides = arr.strides(); // in bytes
     let item = std::mem::size_of::<T>() as isize;
     let ptr = arr.data() as *const T;
-    let aligned = (ptr as usize) % std::mem::align_of::<T>() == 0;
+    let aligned = (ptr as usize).is_multiple_of(std::mem::align_of::<T>());
     if aligned && strides[0] % item == 0 && strides[1] % item == 0 {
         // SAFETY: numpy guarantees every element addressed by shape and strides is readable;
         // the readonly borrow keeps the array alive and unmodified for 'a.

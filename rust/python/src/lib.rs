@@ -5,7 +5,7 @@
 //! and maps core errors and panics to Python exceptions.
 
 mod convert;
-mod half;
+mod formats;
 mod lessons;
 mod matmul;
 mod model;
@@ -19,6 +19,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     model::register(m)?;
     lessons::register(m)?;
     pooled::register(m)?;
-    half::register(m)?;
+    formats::register(m)?;
     Ok(())
 }

@@ -17,8 +17,8 @@ pub struct PackedMatrix {
 pub enum Packed {
     F32(PackedB<f32>),
     F64(PackedB<f64>),
-    /// bfloat16 or float16 storage (float32 products).
-    Half(crate::half::HalfPacked),
+    /// A storage format below float32 (float32 products).
+    Stored(crate::formats::StoredPacked),
 }
 
 #[pymethods]
@@ -27,9 +27,9 @@ impl PackedMatrix {
     #[pyo3(signature = (b, dtype=None))]
     fn new(py: Python<'_>, b: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<Self> {
         if let Some(d) = dtype {
-            let f = crate::half::parse_format("dtype", d)?;
+            let f = crate::formats::parse_format("dtype", d)?;
             return Ok(PackedMatrix {
-                inner: Packed::Half(crate::half::HalfPacked::new(py, b, f)?),
+                inner: Packed::Stored(crate::formats::StoredPacked::new(py, b, f)?),
             });
         }
         if let Ok(b) = b.extract::<PyReadonlyArray2<f32>>() {
@@ -58,7 +58,7 @@ impl PackedMatrix {
         match &self.inner {
             Packed::F32(p) => (p.rows(), p.cols()),
             Packed::F64(p) => (p.rows(), p.cols()),
-            Packed::Half(p) => p.shape(),
+            Packed::Stored(p) => p.shape(),
         }
     }
 
@@ -67,7 +67,7 @@ impl PackedMatrix {
         match &self.inner {
             Packed::F32(_) => "float32",
             Packed::F64(_) => "float64",
-            Packed::Half(p) => p.dtype(),
+            Packed::Stored(p) => p.dtype(),
         }
     }
 
@@ -76,7 +76,7 @@ impl PackedMatrix {
         match &self.inner {
             Packed::F32(p) => p.nbytes(),
             Packed::F64(p) => p.nbytes(),
-            Packed::Half(p) => p.nbytes(),
+            Packed::Stored(p) => p.nbytes(),
         }
     }
 
@@ -164,7 +164,7 @@ fn matmul<'py>(
                 })?;
                 Ok(product(py, a, Rhs::Packed(p), kernel)?.into_any())
             }
-            Packed::Half(p) => p.product(py, a, kernel),
+            Packed::Stored(p) => p.product(py, a, kernel),
         };
     }
     if let (Ok(a), Ok(b)) = (

@@ -10,7 +10,7 @@ use crate::pooled::{into_array, Poolable};
 use gptcore_core::decoder::{
     Config, Family, Float, Logits, Model, Positions, Request, Rope, RopeScaling, Tensor, TensorSpec,
 };
-use gptcore_core::half::WeightFormat;
+use gptcore_core::formats::WeightFormat;
 use gptcore_core::kv_cache::KvCache;
 use gptcore_core::Error;
 use numpy::{
@@ -241,8 +241,8 @@ fn build<T: Float + numpy::Element>(
     detach(py, || Model::new(cfg, &map))?.map_err(to_py_err)
 }
 
-/// A float32 model with 16-bit weights (see [`NativeModel::new`]).
-fn build_half(
+/// A float32 model with stored weights (see [`NativeModel::new`]).
+fn build_stored(
     py: Python<'_>,
     cfg: Config,
     weights: &Bound<'_, PyDict>,
@@ -288,7 +288,7 @@ fn build_half(
 }
 
 /// Stop between layers when Python has a pending signal (Ctrl-C).
-fn run_checked<T: Float, R: Send>(
+fn run_checked<R: Send>(
     py: Python<'_>,
     f: impl FnOnce(&(dyn Fn() -> gptcore_core::Result<()> + Sync)) -> gptcore_core::Result<R> + Send,
 ) -> PyResult<R> {
@@ -332,26 +332,35 @@ fn parse_logits(s: &str) -> PyResult<Logits> {
 
 type RunResult<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
 
+/// A run of `batch x t_new` ids.
+fn request(
+    ids: &[u32],
+    batch: usize,
+    t_new: usize,
+    logits: Logits,
+    causal: bool,
+    want_hidden: bool,
+) -> Request<'_> {
+    Request {
+        ids,
+        batch,
+        t_new,
+        logits,
+        causal,
+        want_hidden,
+    }
+}
+
+/// `m.run(req, cache)` without the GIL: the logits as an array `(rows, vocab)`, and the
+/// hidden states `(n_layers + 1, batch * t_new, d)` when asked for.
 fn run_model<'py, T: Float + Poolable>(
     py: Python<'py>,
     m: &Model<T>,
-    ids: &[u32],
-    b: usize,
-    t: usize,
+    req: &Request<'_>,
     cache: Option<&mut KvCache<T>>,
-    mode: Logits,
-    causal: bool,
-    hidden: bool,
 ) -> PyResult<RunResult<'py>> {
-    let req = Request {
-        ids,
-        batch: b,
-        t_new: t,
-        logits: mode,
-        causal,
-        want_hidden: hidden,
-    };
-    let out = run_checked::<T, _>(py, |check| m.run(&req, cache, check))?;
+    let (b, t) = (req.batch, req.t_new);
+    let out = run_checked(py, |check| m.run(req, cache, check))?;
     let v = m.cfg.vocab_size;
     let rows = out.logits.len() / v.max(1);
     let logits = into_array(py, out.logits, m.outputs())?
@@ -385,14 +394,14 @@ impl NativeModel {
     ) -> PyResult<Self> {
         let cfg = config_from_py(config)?;
         if let Some(wd) = weight_dtype {
-            let format = crate::half::parse_format("weight_dtype", wd)?;
+            let format = crate::formats::parse_format("weight_dtype", wd)?;
             if dtype != "float32" {
                 return Err(PyValueError::new_err(format!(
                     "weight_dtype={wd:?} needs dtype 'float32' (16-bit weights, float32 \
                      arithmetic), got dtype {dtype:?}"
                 )));
             }
-            let inner = AnyModel::F32(build_half(py, cfg, weights, format, fetch)?);
+            let inner = AnyModel::F32(build_stored(py, cfg, weights, format, fetch)?);
             return Ok(NativeModel {
                 inner,
                 id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed),
@@ -427,11 +436,11 @@ impl NativeModel {
         match &self.inner {
             AnyModel::F32(m) => {
                 let (v, b, t) = ids_u32(&ids);
-                run_model(py, m, &v, b, t, None, mode, causal, hidden)
+                run_model(py, m, &request(&v, b, t, mode, causal, hidden), None)
             }
             AnyModel::F64(m) => {
                 let (v, b, t) = ids_u32(&ids);
-                run_model(py, m, &v, b, t, None, mode, causal, hidden)
+                run_model(py, m, &request(&v, b, t, mode, causal, hidden), None)
             }
         }
     }
@@ -484,11 +493,11 @@ impl NativeModel {
         let out = match (&self.inner, &mut *guard) {
             (AnyModel::F32(m), AnyCache::F32(c)) => {
                 let (v, b, t) = ids_u32(&ids);
-                run_model(py, m, &v, b, t, Some(c), mode, true, false)?
+                run_model(py, m, &request(&v, b, t, mode, true, false), Some(c))?
             }
             (AnyModel::F64(m), AnyCache::F64(c)) => {
                 let (v, b, t) = ids_u32(&ids);
-                run_model(py, m, &v, b, t, Some(c), mode, true, false)?
+                run_model(py, m, &request(&v, b, t, mode, true, false), Some(c))?
             }
             _ => {
                 return Err(PyTypeError::new_err(
@@ -519,12 +528,12 @@ impl NativeModel {
             AnyModel::F32(m) => {
                 let (v, b, t) = ids_u32(&ids);
                 let (tg, _, _) = ids_u32(&targets);
-                run_checked::<f32, _>(py, |check| m.token_logprobs(&v, b, t, &tg, chunk, check))?
+                run_checked(py, |check| m.token_logprobs(&v, b, t, &tg, chunk, check))?
             }
             AnyModel::F64(m) => {
                 let (v, b, t) = ids_u32(&ids);
                 let (tg, _, _) = ids_u32(&targets);
-                run_checked::<f64, _>(py, |check| m.token_logprobs(&v, b, t, &tg, chunk, check))?
+                run_checked(py, |check| m.token_logprobs(&v, b, t, &tg, chunk, check))?
             }
         };
         Ok(PyArray1::from_vec(py, out).into_any())

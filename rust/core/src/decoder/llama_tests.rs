@@ -5,7 +5,7 @@
 //! stacked Q/K/V product exports the tensors it was given.
 
 use super::*;
-use crate::half::HalfFormat;
+use crate::formats::{Bf16, Float16Format, F16};
 use rand::{Rng, SeedableRng};
 
 type Weights<T> = Vec<(String, Vec<usize>, &'static str, Vec<T>)>;
@@ -277,66 +277,67 @@ fn llama_export_round_trips() {
 
 /// bfloat16 and float16 weights compute what the float32 model with its weights rounded
 /// computes, for every kernel and in cached decoding.
-#[test]
-fn llama_half_model_equals_rounded_f32_model() {
-    for fmt in [WeightFormat::Bf16, WeightFormat::F16] {
-        let c = config(4, 2, RopeScaling::Default);
-        let w = weights::<f32>(&c, 9);
-        let r: Weights<f32> = w
-            .iter()
-            .map(|(n, s, k, v)| {
-                let keep = matches!(*k, "bias" | "ln_weight" | "ln_bias");
-                let v = if keep {
-                    v.clone()
-                } else {
-                    v.iter().map(|&x| crate::half::round_f32(x, fmt)).collect()
-                };
-                (n.clone(), s.clone(), *k, v)
-            })
-            .collect();
-        let half = Model::with_format(c.clone(), &map(&w), fmt, None).unwrap();
-        let want = Model::new(c.clone(), &map(&r)).unwrap();
-        let ids = ids(2 * 60, c.vocab_size, 10);
-        let reference = run(&want, &ids, 2, None, Logits::All);
-        for k in crate::kernels::available() {
-            crate::kernels::set_kernel(Some(k)).unwrap();
-            assert!(
-                bits(&run(&half, &ids, 2, None, Logits::All)) == bits(&reference),
-                "{fmt:?} {k:?}"
-            );
-        }
-        crate::kernels::set_kernel(None).unwrap();
-        let v = c.vocab_size;
-        let mut cache = half.new_cache(1);
-        run(&half, &ids[..3], 1, Some(&mut cache), Logits::Last);
-        for p in 3..60 {
-            let step = run(&half, &ids[p..p + 1], 1, Some(&mut cache), Logits::Last);
-            assert_eq!(
-                bits(&step),
-                bits(&reference[p * v..(p + 1) * v]),
-                "{fmt:?} {p}"
-            );
-        }
-        // 16-bit patterns fetched one tensor at a time build the same model.
-        let fetch = |spec: &TensorSpec| -> Result<Option<Vec<u16>>> {
-            let t = w.iter().find(|t| t.0 == spec.name).unwrap();
-            Ok(Some(
-                t.3.iter()
-                    .map(|&x| match fmt {
-                        WeightFormat::Bf16 => crate::half::Bf16::from_f32(x).to_bits(),
-                        _ => crate::half::F16::from_f32(x).to_bits(),
-                    })
-                    .collect(),
-            ))
-        };
-        let small: Weights<f32> = w
-            .iter()
-            .filter(|t| matches!(t.2, "bias" | "ln_weight"))
-            .cloned()
-            .collect();
-        let fetched = Model::with_format(c.clone(), &map(&small), fmt, Some(&fetch)).unwrap();
-        assert!(bits(&run(&fetched, &ids, 2, None, Logits::All)) == bits(&reference));
+fn half_model_equals_rounded_f32_model<W: Float16Format>() {
+    let fmt = WeightFormat::named(W::FORMAT_NAME).unwrap();
+    let c = config(4, 2, RopeScaling::Default);
+    let w = weights::<f32>(&c, 9);
+    let stored = |k: &str| !matches!(k, "bias" | "ln_weight" | "ln_bias");
+    let r: Weights<f32> = w
+        .iter()
+        .map(|(n, s, k, v)| {
+            let v = if stored(k) {
+                v.iter().map(|&x| W::from_f32(x).to_f32()).collect()
+            } else {
+                v.clone()
+            };
+            (n.clone(), s.clone(), *k, v)
+        })
+        .collect();
+    let half = Model::with_format(c.clone(), &map(&w), fmt, None).unwrap();
+    let want = Model::new(c.clone(), &map(&r)).unwrap();
+    let ids = ids(2 * 60, c.vocab_size, 10);
+    let reference = run(&want, &ids, 2, None, Logits::All);
+    for k in crate::kernels::available() {
+        crate::kernels::set_kernel(Some(k)).unwrap();
+        assert!(
+            bits(&run(&half, &ids, 2, None, Logits::All)) == bits(&reference),
+            "{} {k:?}",
+            W::FORMAT_NAME
+        );
     }
+    crate::kernels::set_kernel(None).unwrap();
+    let v = c.vocab_size;
+    let mut cache = half.new_cache(1);
+    run(&half, &ids[..3], 1, Some(&mut cache), Logits::Last);
+    for p in 3..60 {
+        let step = run(&half, &ids[p..p + 1], 1, Some(&mut cache), Logits::Last);
+        assert_eq!(
+            bits(&step),
+            bits(&reference[p * v..(p + 1) * v]),
+            "{} {p}",
+            W::FORMAT_NAME
+        );
+    }
+    // 16-bit patterns fetched one tensor at a time build the same model.
+    let fetch = |spec: &TensorSpec| -> Result<Option<Vec<u16>>> {
+        let t = w.iter().find(|t| t.0 == spec.name).unwrap();
+        Ok(Some(
+            t.3.iter().map(|&x| W::from_f32(x).to_bits()).collect(),
+        ))
+    };
+    let small: Weights<f32> = w.iter().filter(|t| !stored(t.2)).cloned().collect();
+    let fetched = Model::with_format(c.clone(), &map(&small), fmt, Some(&fetch)).unwrap();
+    assert!(bits(&run(&fetched, &ids, 2, None, Logits::All)) == bits(&reference));
+}
+
+#[test]
+fn llama_bf16_model_equals_rounded_f32_model() {
+    half_model_equals_rounded_f32_model::<Bf16>();
+}
+
+#[test]
+fn llama_f16_model_equals_rounded_f32_model() {
+    half_model_equals_rounded_f32_model::<F16>();
 }
 
 #[test]

@@ -21,34 +21,35 @@ mod block;
 mod config;
 mod embedding;
 mod families;
+mod float;
 mod linear;
 mod mlp;
 mod norm;
+mod pass;
 pub mod rotary;
 pub mod schema;
 mod self_attention;
 mod stacked;
 pub mod storage;
+mod tensor;
 mod workspace;
 
-pub use crate::half::WeightFormat;
+pub use crate::formats::WeightFormat;
 pub use block::Block;
 pub use config::{Config, Family, Positions};
 pub use embedding::Embedding;
 pub use families::{layout, schema, validate};
+pub use float::Float;
 pub use linear::Linear;
 pub use norm::Norm;
+pub use pass::Pass;
 pub use rotary::{Rope, RopeScaling};
 pub use schema::{Layout, Tensor, TensorSpec};
-pub use storage::{Fetch, Packed, Table};
+pub use storage::{storage, Fetch, Packed, PackedWeights, Table, TableRows, WeightStorage};
 
 use crate::buffer_pool::BufferPool;
-use crate::gemm::{GemmElement, MatRef, Options};
-use crate::half::{Bf16, F16};
-use crate::kernels::KernelsFor;
-use crate::kernels::{HasKernels, Kernel};
+use crate::gemm::{MatRef, Options};
 use crate::kv_cache::{HeadKv, KvCache};
-use crate::ops::Transcendental;
 use crate::profile::Phases;
 use crate::Result;
 use rotary::Rotary;
@@ -56,14 +57,6 @@ use schema::{export, Exported, PositionSpec, Source};
 use std::collections::HashMap;
 use std::sync::Arc;
 use workspace::{Workspace, WorkspacePool};
-
-/// Floating-point types the decoder runs in.
-pub trait Float:
-    GemmElement + HasKernels + Transcendental + KernelsFor<Bf16> + KernelsFor<F16>
-{
-}
-impl Float for f32 {}
-impl Float for f64 {}
 
 pub struct Model<T: Float> {
     pub cfg: Config,
@@ -81,24 +74,6 @@ pub struct Model<T: Float> {
     workspaces: WorkspacePool<T>,
     /// Logits buffers handed back by their users, for the next passes' logits.
     outputs: Arc<BufferPool<T>>,
-}
-
-/// One call's new positions: `ids` is `batch x t_new` (row-major), after `p0` cached positions.
-pub struct Pass {
-    pub batch: usize,
-    pub t_new: usize,
-    pub p0: usize,
-    pub d: usize,
-    pub causal: bool,
-    /// The kernel family the whole pass runs with.
-    pub kernel: Kernel,
-}
-
-impl Pass {
-    /// Rows of the activations, `B * T_new`.
-    pub fn rows(&self) -> usize {
-        self.batch * self.t_new
-    }
 }
 
 /// What a call to [`Model::run`] asks for.
@@ -465,7 +440,7 @@ impl<T: Float> Model<T> {
 }
 
 #[cfg(test)]
-mod half_tests;
+mod format_tests;
 #[cfg(test)]
 mod llama_tests;
 #[cfg(test)]

@@ -5,17 +5,7 @@
 //! documentation ([`super::schema()`]) all read.
 
 use super::rotary::Rope;
-
-/// One tensor: its name, shape, and what it is (the initialisation schemes and the 16-bit
-/// storage key on the kind: `wte`, `wpe`, `ln_weight`, `ln_bias`, `c_attn`, `q_proj`,
-/// `k_proj`, `v_proj`, `attn_proj`, `c_fc`, `gate_proj`, `up_proj`, `mlp_proj`, `bias`,
-/// `lm_head`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct TensorSpec {
-    pub name: String,
-    pub shape: Vec<usize>,
-    pub kind: &'static str,
-}
+pub use super::tensor::{Tensor, TensorSpec};
 
 pub fn spec(name: String, shape: &[usize], kind: &'static str) -> TensorSpec {
     TensorSpec {
@@ -210,12 +200,6 @@ impl Layout {
         out.extend(&self.lm_head);
         out
     }
-}
-
-/// A named weight handed to [`super::Model::new`]: its shape and row-major data.
-pub struct Tensor<'a, T> {
-    pub shape: Vec<usize>,
-    pub data: &'a [T],
 }
 
 pub use super::storage::Source;

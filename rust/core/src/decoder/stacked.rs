@@ -7,8 +7,8 @@ use super::linear::Linear;
 use super::schema::{export, stored_columns, Exported, LinearSpec, Source};
 use super::storage::Packed;
 use super::Float;
+use crate::formats::WeightFormat;
 use crate::gemm::MatRef;
-use crate::half::WeightFormat;
 use crate::Result;
 
 /// One [`Linear`] for the parts (all `nn.Linear` weights of the same input width; biases on

@@ -1,73 +1,89 @@
-//! How the weights are stored: weight matrices packed once and embedding tables, each in the
-//! compute type or in 16-bit storage (bfloat16 / float16, [`WeightFormat`]) widened exactly
-//! to the compute type where it is read. Biases and LayerNorm parameters always stay in the
-//! compute type.
+//! How the weights are stored: weight matrices packed once ([`Packed`]) and embedding tables
+//! ([`Table`]), each in the compute type or in a storage format of [`crate::formats`] (the
+//! model's [`WeightFormat`]), widened exactly to the compute type where it is read. Biases and
+//! LayerNorm parameters always stay in the compute type.
 //!
-//! A model with 16-bit weights computes, bit for bit, what the same model computes with its
+//! A model with stored weights computes, bit for bit, what the same model computes with its
 //! weights first rounded to that format and widened back: the kernels widen each B value as
 //! they load it and run the same FMA chains, and an embedding row is widened before the same
 //! additions.
+//!
+//! The layers see [`Packed`] and [`Table`] only, whatever the format: a matrix is any
+//! [`PackedWeights`] (every `PackedB<W>` whose format the kernels take), a table any
+//! [`TableRows`]. What the decoder does with each format ([`WeightStorage`]: pack a matrix,
+//! build a table, from the model's values or from a file's patterns) is looked up by the
+//! format's name in the formats' registration ([`storage`]).
 
-use super::schema::{Tensor, TensorSpec};
-use super::Float;
+use super::float::Float;
+use super::tensor::{Tensor, TensorSpec};
+use crate::formats::{
+    for_each_stored_format, values_of_bits, vec_of_bits, Float16Format, StorageFormat,
+    WeightFormat, WidensTo,
+};
 use crate::gemm::{gemm_packed, MatRef, Options, PackedB};
-use crate::half::{from_bits_slice, from_bits_vec, Bf16, HalfFormat, WeightFormat, F16};
+use crate::kernels::KernelsFor;
 use crate::Result;
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::marker::PhantomData;
 
-/// A weight matrix packed once, in the compute type or 16-bit.
-pub enum Packed<T: Float> {
-    Full(PackedB<T>),
-    Bf16(PackedB<Bf16>),
-    F16(PackedB<F16>),
+/// A weight matrix packed once, as the layers use it.
+pub trait PackedWeights<T>: Send + Sync {
+    /// K, the rows of the matrix.
+    fn rows(&self) -> usize;
+    /// N, its columns.
+    fn cols(&self) -> usize;
+    /// Bytes held.
+    fn nbytes(&self) -> usize;
+    /// How the values are stored.
+    fn format(&self) -> WeightFormat;
+    /// The matrix in row-major order, widened to `T`.
+    fn unpack(&self) -> Vec<T>;
+    /// `c = a @ self` (then the options' epilogue); never fails.
+    fn gemm(&self, a: MatRef<'_, T>, c: &mut [T], ldc: usize, opts: &Options<'_, T>);
 }
 
-/// Runs `$body` with `$p` bound to the packed matrix, whatever it holds.
-macro_rules! each_packed {
-    ($m:expr, $p:ident => $body:expr) => {
-        match $m {
-            Packed::Full($p) => $body,
-            Packed::Bf16($p) => $body,
-            Packed::F16($p) => $body,
-        }
-    };
-}
-
-/// Values in `T` rounded to `H` (through float32: exact rounding for float32 models; a
-/// float64 model's weights are rounded twice).
-fn round_to<T: Float, H: HalfFormat>(v: MatRef<'_, T>) -> Vec<H> {
-    let mut out = Vec::with_capacity(v.rows * v.cols);
-    for i in 0..v.rows {
-        for j in 0..v.cols {
-            out.push(H::from_f32(v.at(i, j).to_f64() as f32));
-        }
+impl<T, W> PackedWeights<T> for PackedB<W>
+where
+    T: Float + KernelsFor<W>,
+    W: StorageFormat + WidensTo<T>,
+{
+    fn rows(&self) -> usize {
+        PackedB::rows(self)
     }
-    out
+    fn cols(&self) -> usize {
+        PackedB::cols(self)
+    }
+    fn nbytes(&self) -> usize {
+        PackedB::nbytes(self)
+    }
+    fn format(&self) -> WeightFormat {
+        // The compute type itself is no registered format: `Full`.
+        WeightFormat::named(W::FORMAT_NAME).unwrap_or(WeightFormat::Full)
+    }
+    fn unpack(&self) -> Vec<T> {
+        self.unpack_widened()
+    }
+    fn gemm(&self, a: MatRef<'_, T>, c: &mut [T], ldc: usize, opts: &Options<'_, T>) {
+        gemm_packed(a, self, c, ldc, opts)
+    }
 }
 
-fn widen<T: Float, H: HalfFormat>(v: &[H]) -> Vec<T> {
-    v.iter().map(|h| T::from_f64(h.to_f32() as f64)).collect()
-}
+/// A weight matrix packed once, in the compute type or a stored format.
+pub struct Packed<T>(Box<dyn PackedWeights<T>>);
 
 impl<T: Float> Packed<T> {
-    /// Packs `v` (any strides) stored as `format` (rounded to it when 16-bit).
-    pub fn pack(v: MatRef<'_, T>, format: WeightFormat) -> Result<Self> {
-        let (k, n) = (v.rows, v.cols);
-        Ok(match format {
-            WeightFormat::Full => Packed::Full(PackedB::try_pack(v)?),
-            WeightFormat::Bf16 => {
-                let h = round_to::<T, Bf16>(v);
-                Packed::Bf16(PackedB::try_pack(MatRef::from_slice(&h, k, n))?)
-            }
-            WeightFormat::F16 => {
-                let h = round_to::<T, F16>(v);
-                Packed::F16(PackedB::try_pack(MatRef::from_slice(&h, k, n))?)
-            }
-        })
+    pub fn new(p: impl PackedWeights<T> + 'static) -> Self {
+        Packed(Box::new(p))
     }
 
-    /// Packs 16-bit patterns of `format` laid out as `(k, n)` (or `(n, k)` read transposed).
+    /// Packs `v` (any strides) stored as `format` (rounded to it).
+    pub fn pack(v: MatRef<'_, T>, format: WeightFormat) -> Result<Self> {
+        storage::<T>(format).pack(v)
+    }
+
+    /// Packs 16-bit patterns of `format` laid out as `(k, n)` (or `(n, k)` read transposed);
+    /// an error when `format` has no 16-bit patterns or `bits` is not `k * n` long.
     pub fn pack_bits(
         bits: &[u16],
         k: usize,
@@ -75,117 +91,244 @@ impl<T: Float> Packed<T> {
         transposed: bool,
         format: WeightFormat,
     ) -> Result<Self> {
-        assert_eq!(bits.len(), k * n);
-        fn view<H: HalfFormat>(h: &[H], k: usize, n: usize, tr: bool) -> MatRef<'_, H> {
-            if tr {
-                // SAFETY: h holds n x k values; its transpose is read with unit row stride.
-                unsafe { MatRef::from_raw(h.as_ptr(), k, n, 1, k as isize) }
-            } else {
-                MatRef::from_slice(h, k, n)
-            }
-        }
-        Ok(match format {
-            WeightFormat::Full => panic!("pack_bits: a 16-bit format is needed"),
-            WeightFormat::Bf16 => Packed::Bf16(PackedB::try_pack(view(
-                from_bits_slice::<Bf16>(bits),
-                k,
-                n,
-                transposed,
-            ))?),
-            WeightFormat::F16 => Packed::F16(PackedB::try_pack(view(
-                from_bits_slice::<F16>(bits),
-                k,
-                n,
-                transposed,
-            ))?),
-        })
+        storage::<T>(format).pack_bits(bits, k, n, transposed)
     }
 
     pub fn rows(&self) -> usize {
-        each_packed!(self, p => p.rows())
+        self.0.rows()
     }
     pub fn cols(&self) -> usize {
-        each_packed!(self, p => p.cols())
+        self.0.cols()
     }
     pub fn nbytes(&self) -> usize {
-        each_packed!(self, p => p.nbytes())
+        self.0.nbytes()
     }
     pub fn format(&self) -> WeightFormat {
-        match self {
-            Packed::Full(_) => WeightFormat::Full,
-            Packed::Bf16(_) => WeightFormat::Bf16,
-            Packed::F16(_) => WeightFormat::F16,
-        }
+        self.0.format()
     }
 
     /// The matrix in row-major order, widened to `T`.
     pub fn unpack(&self) -> Vec<T> {
-        match self {
-            Packed::Full(p) => p.unpack(),
-            Packed::Bf16(p) => widen(&p.unpack()),
-            Packed::F16(p) => widen(&p.unpack()),
-        }
+        self.0.unpack()
     }
 
     /// `c = a @ self` (then the options' epilogue); never fails.
+    #[inline]
     pub fn gemm(&self, a: MatRef<'_, T>, c: &mut [T], ldc: usize, opts: &Options<'_, T>) {
-        match self {
-            Packed::Full(p) => gemm_packed(a, p, c, ldc, opts),
-            Packed::Bf16(p) => gemm_packed(a, p, c, ldc, opts),
-            Packed::F16(p) => gemm_packed(a, p, c, ldc, opts),
-        }
+        self.0.gemm(a, c, ldc, opts)
     }
 }
 
-/// An embedding table `(rows, d)`, in the compute type or 16-bit.
-pub enum Table<T> {
-    Full(Vec<T>),
-    Bf16(Vec<Bf16>),
-    F16(Vec<F16>),
+/// An embedding table `(rows, d)`, as the layers use it.
+pub trait TableRows<T>: Send + Sync {
+    /// Row `r` of width `d`, widened to `T`.
+    fn row(&self, r: usize, d: usize) -> Cow<'_, [T]>
+    where
+        T: Clone;
+    /// Every value, widened to `T`.
+    fn widened(&self) -> Vec<T>;
+    /// Bytes held.
+    fn nbytes(&self) -> usize;
+    /// The table `(v, d)` transposed, `(d, v)`, packed in the table's format (the tied LM
+    /// head).
+    fn pack_transposed(&self, v: usize, d: usize) -> Result<Packed<T>>;
 }
 
+/// `(v, d)` values read transposed, `(d, v)`, or an error when `w` does not hold them.
+fn transposed<W: Copy>(w: &[W], v: usize, d: usize) -> Result<MatRef<'_, W>> {
+    if Some(w.len()) != v.checked_mul(d) {
+        return crate::value_error!("{} values for a ({v}, {d}) matrix", w.len());
+    }
+    // SAFETY: w holds v x d values; its transpose is read with unit row stride.
+    Ok(unsafe { MatRef::from_raw(w.as_ptr(), d, v, 1, d as isize) })
+}
+
+/// A table in the compute type.
+impl<T: Float> TableRows<T> for Vec<T> {
+    #[inline]
+    fn row(&self, r: usize, d: usize) -> Cow<'_, [T]> {
+        Cow::Borrowed(&self[r * d..(r + 1) * d])
+    }
+    fn widened(&self) -> Vec<T> {
+        self.clone()
+    }
+    fn nbytes(&self) -> usize {
+        self.len() * std::mem::size_of::<T>()
+    }
+    fn pack_transposed(&self, v: usize, d: usize) -> Result<Packed<T>> {
+        Ok(Packed::new(PackedB::try_pack(transposed(self, v, d)?)?))
+    }
+}
+
+/// A table of 16-bit values.
+struct Table16<W>(Vec<W>);
+
+/// `values` widened (float32 -> `T` is exact for both compute types).
+fn widen16<T: Float, W: Float16Format>(values: &[W]) -> Vec<T> {
+    values
+        .iter()
+        .map(|h| T::from_f64(h.to_f32() as f64))
+        .collect()
+}
+
+impl<T, W> TableRows<T> for Table16<W>
+where
+    T: Float + KernelsFor<W>,
+    W: Float16Format + WidensTo<T>,
+{
+    #[inline]
+    fn row(&self, r: usize, d: usize) -> Cow<'_, [T]> {
+        Cow::Owned(widen16(&self.0[r * d..(r + 1) * d]))
+    }
+    fn widened(&self) -> Vec<T> {
+        widen16(&self.0)
+    }
+    fn nbytes(&self) -> usize {
+        self.0.len() * std::mem::size_of::<W>()
+    }
+    fn pack_transposed(&self, v: usize, d: usize) -> Result<Packed<T>> {
+        Ok(Packed::new(PackedB::try_pack(transposed(&self.0, v, d)?)?))
+    }
+}
+
+/// An embedding table `(rows, d)`, in the compute type or a stored format.
+pub struct Table<T>(Box<dyn TableRows<T>>);
+
 impl<T: Float> Table<T> {
-    /// Row `r` of width `d`, widened to `T` when 16-bit.
+    pub fn new(t: impl TableRows<T> + 'static) -> Self {
+        Table(Box::new(t))
+    }
+
+    /// Row `r` of width `d`, widened to `T`.
     #[inline]
     pub fn row(&self, r: usize, d: usize) -> Cow<'_, [T]> {
-        match self {
-            Table::Full(v) => Cow::Borrowed(&v[r * d..(r + 1) * d]),
-            Table::Bf16(v) => Cow::Owned(widen(&v[r * d..(r + 1) * d])),
-            Table::F16(v) => Cow::Owned(widen(&v[r * d..(r + 1) * d])),
-        }
+        self.0.row(r, d)
     }
 
     /// Every value, widened to `T`.
     pub fn widened(&self) -> Vec<T> {
-        match self {
-            Table::Full(v) => v.clone(),
-            Table::Bf16(v) => widen(v),
-            Table::F16(v) => widen(v),
-        }
+        self.0.widened()
     }
 
     pub fn nbytes(&self) -> usize {
-        match self {
-            Table::Full(v) => v.len() * std::mem::size_of::<T>(),
-            Table::Bf16(v) => v.len() * 2,
-            Table::F16(v) => v.len() * 2,
-        }
+        self.0.nbytes()
     }
 
     /// The table `(v, d)` transposed, `(d, v)`, packed (the tied LM head), in the table's
     /// format.
     pub fn pack_transposed(&self, v: usize, d: usize) -> Result<Packed<T>> {
-        fn t<H: Copy>(h: &[H], v: usize, d: usize) -> MatRef<'_, H> {
-            assert_eq!(h.len(), v * d);
-            // SAFETY: h holds v x d values; its transpose is read with unit row stride.
-            unsafe { MatRef::from_raw(h.as_ptr(), d, v, 1, d as isize) }
-        }
-        Ok(match self {
-            Table::Full(w) => Packed::Full(PackedB::try_pack(t(w, v, d))?),
-            Table::Bf16(w) => Packed::Bf16(PackedB::try_pack(t(w, v, d))?),
-            Table::F16(w) => Packed::F16(PackedB::try_pack(t(w, v, d))?),
-        })
+        self.0.pack_transposed(v, d)
     }
+}
+
+/// What the decoder does with one weight format: packing a matrix and building a table, from
+/// the model's values (rounded to the format) or from the 16-bit patterns a file holds.
+pub trait WeightStorage<T>: Sync {
+    /// Packs `v` (any strides), rounded to the format.
+    fn pack(&self, v: MatRef<'_, T>) -> Result<Packed<T>>;
+    /// Packs the format's 16-bit patterns laid out as `(k, n)` (or `(n, k)` read transposed).
+    fn pack_bits(&self, bits: &[u16], k: usize, n: usize, transposed: bool) -> Result<Packed<T>>;
+    /// A table of `values`, rounded to the format.
+    fn table(&self, values: &[T]) -> Result<Table<T>>;
+    /// A table of the format's 16-bit patterns.
+    fn table_bits(&self, bits: Vec<u16>) -> Result<Table<T>>;
+}
+
+/// The model's compute type itself.
+struct Full;
+
+impl<T: Float> WeightStorage<T> for Full {
+    fn pack(&self, v: MatRef<'_, T>) -> Result<Packed<T>> {
+        Ok(Packed::new(PackedB::try_pack(v)?))
+    }
+    fn pack_bits(&self, _: &[u16], _: usize, _: usize, _: bool) -> Result<Packed<T>> {
+        no_bits(WeightFormat::Full)
+    }
+    fn table(&self, values: &[T]) -> Result<Table<T>> {
+        Ok(Table::new(values.to_vec()))
+    }
+    fn table_bits(&self, _: Vec<u16>) -> Result<Table<T>> {
+        no_bits(WeightFormat::Full)
+    }
+}
+
+fn no_bits<R>(format: WeightFormat) -> Result<R> {
+    crate::value_error!(
+        "weights in format {:?} are not given as 16-bit patterns",
+        format.name()
+    )
+}
+
+/// A registered storage format `W` of 16-bit values.
+struct Stored<W>(PhantomData<W>);
+
+impl<T, W> WeightStorage<T> for Stored<W>
+where
+    T: Float + KernelsFor<W>,
+    W: Float16Format + WidensTo<T>,
+{
+    fn pack(&self, v: MatRef<'_, T>) -> Result<Packed<T>> {
+        let w = round_to::<T, W>(v);
+        Ok(Packed::new(PackedB::try_pack(MatRef::from_slice(
+            &w, v.rows, v.cols,
+        ))?))
+    }
+
+    fn pack_bits(&self, bits: &[u16], k: usize, n: usize, transposed: bool) -> Result<Packed<T>> {
+        if Some(bits.len()) != k.checked_mul(n) {
+            return crate::value_error!(
+                "{} patterns: {} values for a ({k}, {n}) matrix",
+                W::FORMAT_NAME,
+                bits.len()
+            );
+        }
+        let w = values_of_bits::<W>(bits);
+        let view = if transposed {
+            self::transposed(w, n, k)?
+        } else {
+            MatRef::from_slice(w, k, n)
+        };
+        Ok(Packed::new(PackedB::try_pack(view)?))
+    }
+
+    fn table(&self, values: &[T]) -> Result<Table<T>> {
+        let w = round_to::<T, W>(MatRef::from_slice(values, 1, values.len()));
+        Ok(Table::new(Table16(w)))
+    }
+
+    fn table_bits(&self, bits: Vec<u16>) -> Result<Table<T>> {
+        Ok(Table::new(Table16(vec_of_bits::<W>(bits))))
+    }
+}
+
+/// Values in `T` rounded to `W` (through float32: exact rounding for float32 models; a
+/// float64 model's weights are rounded twice).
+fn round_to<T: Float, W: Float16Format>(v: MatRef<'_, T>) -> Vec<W> {
+    let mut out = Vec::with_capacity(v.rows * v.cols);
+    for i in 0..v.rows {
+        for j in 0..v.cols {
+            out.push(W::from_f32(v.at(i, j).to_f64() as f32));
+        }
+    }
+    out
+}
+
+/// What the decoder does with `format` (the registered formats' entries, by name).
+pub fn storage<T: Float>(format: WeightFormat) -> &'static dyn WeightStorage<T> {
+    let WeightFormat::Stored(f) = format else {
+        return &Full;
+    };
+    macro_rules! by_name {
+        ($($W:ty => $method:ident),* $(,)?) => {
+            $(
+                if f.name() == <$W as StorageFormat>::FORMAT_NAME {
+                    return &Stored::<$W>(PhantomData);
+                }
+            )*
+        };
+    }
+    for_each_stored_format!(by_name);
+    unreachable!("{:?} is registered but has no storage", f.name())
 }
 
 /// Reads a large tensor's 16-bit patterns (in the model's format) from wherever the weights
@@ -248,7 +391,7 @@ impl<'a, T: Float> Source<'_, 'a, T> {
         let (r, c) = (spec.shape[0], spec.shape[1]);
         let (k, n) = if transposed { (c, r) } else { (r, c) };
         if let Some(bits) = self.bits(spec)? {
-            return Packed::pack_bits(&bits, k, n, transposed, self.format);
+            return storage::<T>(self.format).pack_bits(&bits, k, n, transposed);
         }
         let w = self.get(spec)?;
         let view = if transposed {
@@ -257,23 +400,15 @@ impl<'a, T: Float> Source<'_, 'a, T> {
         } else {
             MatRef::from_slice(w, k, n)
         };
-        Packed::pack(view, self.format)
+        storage::<T>(self.format).pack(view)
     }
 
     /// The embedding table `spec`, in the model's format.
     pub fn table(&self, spec: &TensorSpec) -> Result<Table<T>> {
-        if let Some(bits) = self.bits(spec)? {
-            return Ok(match self.format {
-                WeightFormat::Bf16 => Table::Bf16(from_bits_vec(bits)),
-                WeightFormat::F16 => Table::F16(from_bits_vec(bits)),
-                WeightFormat::Full => unreachable!("bits only for 16-bit formats"),
-            });
+        let storage = storage::<T>(self.format);
+        match self.bits(spec)? {
+            Some(bits) => storage.table_bits(bits),
+            None => storage.table(self.get(spec)?),
         }
-        let w = self.get(spec)?;
-        Ok(match self.format {
-            WeightFormat::Full => Table::Full(w.to_vec()),
-            WeightFormat::Bf16 => Table::Bf16(round_to(MatRef::from_slice(w, 1, w.len()))),
-            WeightFormat::F16 => Table::F16(round_to(MatRef::from_slice(w, 1, w.len()))),
-        })
     }
 }

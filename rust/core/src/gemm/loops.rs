@@ -23,74 +23,36 @@
 //! Every item computes a disjoint block of C through all depth blocks in order, so each element's
 //! chain is continued block after block by one thread (the exactness contract).
 //!
-//! Where large products lose time (AVX2 path forced on the 2-core Sapphire Rapids Xeon, one
-//! thread, each sample divided by a tile-kernel run on data held in L2 right before it, medians
-//! of 31 rounds): a 1024 x 3072 x 768 float64 product ran at 0.83-0.88 of the in-cache kernel
-//! rate, 1024 x 768 x 3072 at 0.89-0.94, float32 at 0.87-0.96. In one such run, every row tile
-//! reading the same A (held in L2) lifted the first from 0.87 to 0.94, the same B group to
-//! 0.92, the same C tile to 0.90; not packing A (reusing the last call's) gained 3 %. That
-//! points at the L2 shared by A, B (with its prefetched successor) and C more than at any one
-//! stream. Not paying, measured the same way: LOOP 3 outside LOOP 4 (each depth block's A
-//! stays in L2 for every group, C comes back from the L3), 0.85 against 0.85 (float32 0.91
-//! against 0.90); the next C tile prefetched into L1, row blocks of 48, 96 or 384 rows, groups
-//! of 4 or 16 panels and float64 depth blocks of 384 or 512 steps, all within the noise.
+//! Large products are held by the L2 cache that A, B (with the part fetched ahead) and C
+//! share more than by any one stream: the block sizes keep a row block's A, a group's B and the
+//! group's C tile there together.
 //!
-//! What did pay, for a family whose tile kernel does not prefetch A itself (the AVX2 one, whose
-//! depth step has no room for it): fetching the next row tile's A micro-panel into L2 while the
-//! current tile goes through the group's panels, an equal slice before each panel. The depth
-//! 3072 of the MLP's second product makes a row block's packed A (4.5 MiB in float64) larger
-//! than L2, so it came back from the L3 cache for every column group, each tile's micro-panel
-//! read on demand by its first panel; reading a never-written buffer instead (every line the
-//! same page, always in cache) took 1024 x 3072 x 768 float64 from 93-97 to 82-84 ms, the time
-//! of OpenBLAS. With the AVX2 path forced on the 2-core Xeon with a 2 MiB L2 (`bench_matmul.py
-//! --quick`, runs alternating, ratios against OpenBLAS Haswell): 1024 x 3072 x 768 float64
-//! 0.87 -> 0.96 on one thread and 0.89 -> 0.94 on two, float32 0.94 -> 0.96 and 0.87 -> 0.95;
-//! the shapes of depth 768 and the 256-row ones unchanged (within 2 %), a GPT-2 small forward
-//! of 1024 tokens unchanged (float32 and bfloat16 weights). Into L1 instead: the same. The AVX-512
-//! tile prefetches A in its depth steps; the loops' fetch as well cost it 2-4 % on float64.
+//! For a family whose tile kernel does not prefetch A itself (the AVX2 one, whose depth step
+//! has no room for it), the loops fetch the next row tile's A micro-panel into L2 while the
+//! current tile goes through the group's panels, an equal slice before each panel: with a deep
+//! K a row block's packed A is larger than L2, and each tile's micro-panel would otherwise come
+//! back from the L3 cache on demand, once per column group.
+//!
+//! The measurements behind these choices are in `benches/JOURNAL.md`.
 
-use super::pack::{pack_a_into, pack_a_panel, packs_on_every_thread, KBlocks, PackedB, PanelValue};
-use super::MatRef;
-use super::{tuning, BSource, Epilogue, Tile};
-use crate::kernels::{GemmKernels, TileCopyFn, TilePrefetchFn, WIDE_ROWS};
+use super::options::{Epilogue, Tile};
+use super::pack::{pack_a_into, pack_a_panel, packs_on_every_thread, KBlocks, PackedB};
+use super::source::BSource;
+use super::tuning::{self, ROW_QUANTUM};
+use super::view::MatRef;
+use crate::formats::StorageFormat;
+use crate::kernels::{
+    BPanel, CTile, GemmKernels, PrefetchRun, TileArgs, TileAux, WideArgs, WIDE_ROWS,
+};
 use crate::threads;
 use crate::Element;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// Rows of A handled by one work item (a multiple of every family's MR, which divides 12).
-pub const MC: usize = 192;
-
-/// Panels of B (of NR columns) in one column group: a group's C tile (MC x 8 NR) stays in L2
-/// while it goes through every depth block (a multiple of 4 for the wide kernel).
-pub const NC_PANELS: usize = 8;
-
-/// Packed B spanned by one column chunk when several row blocks go through a B of more than
-/// four times this (a B that does not stay in the L3 cache, such as the LM head's): the row
-/// blocks of a chunk run one after the other (two threads side by side), so the chunk is read
-/// from memory once and then from the L3 cache, instead of once per row block.
-pub const B_CHUNK_BYTES: usize = 4 << 20;
-
-/// Tiles are shared out in row blocks of whole groups of this many rows.
-pub const ROW_QUANTUM: usize = 12;
-
-/// Products below this many multiply-adds run on the calling thread alone.
-pub const PARALLEL_MIN_FLOPS: f64 = 262_144.0;
-
 /// Values of A from which the work items pack A as they go (a row block's panels of one depth
 /// block right before their first use), when there are at least as many row blocks as threads:
 /// the first column group then reads them from L2 instead of from the L3 cache or memory after
-/// a pass over all of A. AVX2 kernels on the 2-core AMD EPYC (Zen 4), against packing all of A
-/// first, the two alternating call by call in one process (medians of 21-1047 paired ratios; a
-/// second copy of the old way read 0.99-1.01): float32, one thread, 1024 x 768 x 3072 1.01,
-/// 1024 x 3072 x 768 1.01, 512 x 768 x 768 1.01, 256 x 3072 x 768 1.02; two threads 1.00, 1.03,
-/// 1.00, 1.00 and 1024 x 768 x 2304 1.01; float64, one thread, 1.00 / 1.02 / 1.02 on
-/// 1024 x 768 x 3072 / 512 x 768 x 768 / 256 x 3072 x 768.
+/// a pass over all of A.
 pub const A_LAZY_MIN: usize = 1 << 18;
-
-/// Whether an (m x k) by (k x n) product is large enough to run on every thread.
-pub(super) fn runs_on_every_thread(m: usize, k: usize, n: usize) -> bool {
-    m as f64 * k as f64 * n as f64 >= PARALLEL_MIN_FLOPS
-}
 
 /// How the product is cut into work items.
 struct Plan {
@@ -105,9 +67,9 @@ struct Plan {
 }
 
 impl Plan {
-    fn new<W: PanelValue>(m: usize, n: usize, kb: KBlocks, wide: bool) -> Plan {
+    fn new<W: StorageFormat>(m: usize, n: usize, kb: KBlocks, wide: bool) -> Plan {
         let panels = n.div_ceil(W::PANEL_NR);
-        let nthreads = if !runs_on_every_thread(m, kb.k, n) {
+        let nthreads = if !tuning::runs_on_every_thread(m, kb.k, n) {
             1
         } else {
             threads::available()
@@ -120,7 +82,7 @@ impl Plan {
         let want_items = if nthreads == 1 { 1 } else { nthreads * 4 };
         let nchunks = want_items.div_ceil(mblocks).clamp(1, panels);
         let mut per_chunk = panels.div_ceil(nchunks);
-        let panel_bytes = kb.k * W::PANEL_NR * std::mem::size_of::<W>();
+        let panel_bytes = W::panel_units(kb.k) * std::mem::size_of::<W>();
         if mblocks > 1 && panels * panel_bytes > tuning::b_chunk_bytes() * 4 {
             let cap = (tuning::b_chunk_bytes() / panel_bytes).max(1);
             if per_chunk > cap {
@@ -157,24 +119,22 @@ impl Plan {
     }
 }
 
-/// `C = A B` from packed A (`apack`, `kernels.mr`-row panels) and `b`, with `epilogue` on each
-/// tile once it is final.
+/// `C = A B` (`m x n`) from A's panels (`kernels.mr` rows each) and `b` in depth blocks `kb`,
+/// with `epilogue` on each tile once it is final.
 ///
 /// # Safety
-/// `c` points to `m` rows of `n` writable values, `ldc` apart, that nothing else reads or
-/// writes during the call.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn run<T: Element, W: PanelValue>(
+/// `c` holds `m` rows of `n` writable values, `c.ldc` apart, that nothing else reads or writes
+/// during the call.
+pub(super) unsafe fn run<T: Element, W: StorageFormat>(
     kernels: GemmKernels<T, W>,
-    m: usize,
-    n: usize,
     kb: KBlocks,
     a: APanels<'_, T>,
     b: &BSource<'_, W>,
-    c: *mut T,
-    ldc: usize,
+    c: CTile<T>,
+    (m, n): (usize, usize),
     epilogue: Option<Epilogue<'_, T>>,
 ) {
+    let CTile { ptr: c, ldc } = c;
     let plan = Plan::new::<W>(m, n, kb, kernels.wide.is_some());
     // A still to be packed: by the work items as they go, a (row block, depth block) at a
     // time, for a large A with a row block for every thread (a flag for each: `NOT_PACKED`,
@@ -226,27 +186,27 @@ pub(super) unsafe fn run<T: Element, W: PanelValue>(
                     as *const T;
                 // The packed B this item reads next: the group's next depth block, else the
                 // next group's first.
-                let ahead = match (b, kernels.tile_prefetch) {
-                    (BSource::Packed(pb), Some(_)) if p + 1 < kb.count => {
+                let ahead = match (b, kernels.tile_prefetches) {
+                    (BSource::Packed(pb), true) if p + 1 < kb.count => {
                         Some(Ahead::of(pb, kb, p + 1, (g0, g1)))
                     }
-                    (BSource::Packed(pb), Some(_)) if g1 < jp1 => {
+                    (BSource::Packed(pb), true) if g1 < jp1 => {
                         Some(Ahead::of(pb, kb, 0, (g1, (g1 + group).min(jp1))))
                     }
                     _ => None,
                 };
-                macro_kernel(
-                    &kernels,
-                    kb,
+                macro_kernel(&DepthBlock {
+                    kernels: &kernels,
                     p,
                     kc,
+                    last: p + 1 == kb.count,
                     ablock,
                     b,
-                    (i0, i1),
-                    (g0, g1),
-                    &out,
+                    rows: (i0, i1),
+                    panels: (g0, g1),
+                    out: &out,
                     ahead,
-                );
+                });
             }
             g0 = g1;
         }
@@ -303,7 +263,7 @@ unsafe fn ensure_packed<T: Element, W>(
         let mut spins = 0u32;
         while flag.load(Ordering::Acquire) != PACKED {
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -328,6 +288,15 @@ impl<T> Out<'_, T> {
         unsafe { self.ptr.get().add(i * self.ldc + j) }
     }
 
+    /// C's block from element (i, j), as a kernel writes it.
+    #[inline(always)]
+    fn tile(&self, i: usize, j: usize) -> CTile<T> {
+        CTile {
+            ptr: self.at(i, j),
+            ldc: self.ldc,
+        }
+    }
+
     /// Hands rows `i0..i1`, columns `j0..j0+cols` of C (final now) to the epilogue.
     #[inline(always)]
     fn finish(&self, i0: usize, i1: usize, j0: usize, cols: usize) {
@@ -346,31 +315,17 @@ impl<T> Out<'_, T> {
 /// memory, while memory idles during the other tiles; two threads doing so at once slow each
 /// other. Instead every row tile of the current (group, depth block) prefetches an equal,
 /// consecutive slice of the next one ([`Ahead::slice`]), spread over its depth steps by the
-/// family's prefetching tile kernel, and the next first tile finds its panels in L2. With the
-/// AVX2 path forced on the 2-core Sapphire Rapids Xeon (medians alternating with the tiles that
-/// do not prefetch, in one process):
-/// - products over 400 MB of packed GPT-2 small shapes (768x3072, 3072x768, 768x2304), one
-///   thread, GFLOP/s: float32 64 rows 68.2 / 67.7 / 68.4 -> 77.0 / 75.6 / 76.9, 256 rows
-///   74.6 / 65.5 / 69.9 -> 78.7 / 73.8 / 71.8; float64 64 rows 34.9 / 33.0 / 32.7 -> 38.8 /
-///   37.6 / 35.1, 256 rows 33.1 / 32.0 / 35.1 -> 35.2 / 33.5 / 35.3; the LM head's 768x50257,
-///   two threads, 64 rows 105.7 -> 113.0, 256 rows 113.2 -> 123.0;
-/// - a GPT-2 small forward, two threads, ms: 64 tokens 126.8 -> 117.4 and 153.7 -> 141.5 (two
-///   runs), 256 tokens 499.6 -> 489.8 and 541.6 -> 519.1, 1024 tokens 2040 -> 2008, 8 x 128
-///   tokens 1903 -> 1804; one thread, 64 tokens 260.5 -> 230.2.
-///
-/// Prefetching the next work item's first group as well (each thread claiming its next item
-/// ahead) gained nothing measurable, and leaving the first row tile out of the slices made no
-/// difference.
+/// family's prefetching tile kernel, and the next first tile finds its panels in L2.
 #[derive(Clone, Copy)]
 struct Ahead<W> {
     start: *const W,
     lines: usize,
 }
 
-impl<W: PanelValue> Ahead<W> {
+impl<W: StorageFormat> Ahead<W> {
     /// Panels `g0..g1` of depth block `p` of `pb`.
     fn of(pb: &PackedB<W>, kb: KBlocks, p: usize, (g0, g1): (usize, usize)) -> Self {
-        let bytes = (g1 - g0) * kb.block(p).1 * W::PANEL_NR * std::mem::size_of::<W>();
+        let bytes = (g1 - g0) * W::panel_units(kb.block(p).1) * std::mem::size_of::<W>();
         Ahead {
             start: pb.panel(p, g0),
             lines: bytes.div_ceil(64),
@@ -390,196 +345,182 @@ impl<W> Ahead<W> {
     /// Fetches slice `s` of `count` into L2 at once.
     #[inline(always)]
     fn fetch_slice(self, s: usize, count: usize) {
-        let (from, lines) = self.slice(s, count);
-        for l in 0..lines {
-            crate::kernels::prefetch_l2(from.cast::<u8>().wrapping_add(l * 64));
+        let run = self.slice(s, count);
+        for l in 0..run.lines {
+            crate::kernels::prefetch_l2(run.ptr.wrapping_add(l * 64));
         }
     }
 
     /// Slice `s` of `count` equal, consecutive slices: its start and cache lines.
-    fn slice(self, s: usize, count: usize) -> (*const W, usize) {
+    fn slice(self, s: usize, count: usize) -> PrefetchRun {
         let per = self.lines.div_ceil(count);
         let first = (s * per).min(self.lines);
-        let values = first * 64 / std::mem::size_of::<W>();
-        (self.start.wrapping_add(values), per.min(self.lines - first))
+        PrefetchRun {
+            ptr: self.start.cast::<u8>().wrapping_add(first * 64),
+            lines: per.min(self.lines - first),
+        }
     }
 }
 
-/// LOOPS 2 and 1 for one depth block `p` (`kc` deep): the rows `i0..i1` of a row block against
-/// the panels `g0..g1` of a column group; the row tiles prefetch `ahead`, if any, on the way.
+/// LOOPS 2 and 1 for one depth block: the rows of a row block against the panels of a column
+/// group ([`DepthBlock`]); few rows take four panels at a time through the wide kernel, at
+/// most [`FEW_ROWS_CHUNKED`] rows against packed panels go in depth chunks with a prefetching
+/// tile kernel ([`few_rows_in_chunks`]), and the rest go through [`row_tiles`].
 ///
 /// Row tile outer and panels inner: a tile's A micro-panel is read again for each panel of the
 /// group right after the read before (from L1 or L2), and the group's B panels of this depth
-/// block (8 x kc x NR values) come from L2 for every tile after the first. With panels outer
-/// instead, each panel re-read the row block's whole A block (MC x kc): 0-12 % slower on large
-/// products, float64 the most (alternating builds in one process).
-#[allow(clippy::too_many_arguments)]
+/// block (8 x kc x NR values) come from L2 for every tile after the first. With panels outer,
+/// each panel would read the row block's whole A block (MC x kc) again.
 #[inline(always)]
-fn macro_kernel<T: Element, W: PanelValue>(
-    kernels: &GemmKernels<T, W>,
-    kb: KBlocks,
-    p: usize,
-    kc: usize,
-    ablock: *const T,
-    b: &BSource<'_, W>,
-    (i0, i1): (usize, usize),
-    (g0, g1): (usize, usize),
-    out: &Out<'_, T>,
-    ahead: Option<Ahead<W>>,
-) {
-    let (mr, n) = (kernels.mr, out.n);
-    let last = p + 1 == kb.count;
-    let mut jp = g0;
+fn macro_kernel<T: Element, W: StorageFormat>(blk: &DepthBlock<'_, T, W>) {
+    let DepthBlock {
+        kernels, b, out, ..
+    } = *blk;
+    let (i0, i1) = blk.rows;
+    let mut jp = blk.panels.0;
     if let (Some(wide), true) = (kernels.wide, i1 - i0 <= WIDE_ROWS) {
         // Few rows: four panels at a time through the wide kernel.
-        while jp + 4 <= g1 {
-            let Some(bstride) = b.wide_stride(p, jp) else {
+        let nr = W::PANEL_NR;
+        while jp + 4 <= blk.panels.1 {
+            let Some(bstride) = b.wide_stride(blk.p, jp) else {
                 break;
             };
-            let j0 = jp * W::PANEL_NR;
-            let (bp, ldb, hoff) = b.panel(p, jp);
-            let cols_last = W::PANEL_NR.min(n - (jp + 3) * W::PANEL_NR);
-            // SAFETY: the A panel holds kc*mr values, each of the four B panels kc steps of NR
-            // readable values laid out as (ldb, hoff) say (bstride between panels); the C block
-            // at (i0, j0) lies inside C and belongs to this item alone.
-            unsafe {
-                wide(
-                    i1 - i0,
-                    cols_last,
-                    kc,
-                    ablock.add((i0 / mr) * mr * kc),
-                    bp,
-                    ldb,
-                    hoff,
-                    bstride,
-                    out.at(i0, j0),
-                    out.ldc,
-                    p > 0,
-                );
-            }
-            if last {
-                out.finish(i0, i1, j0, 3 * W::PANEL_NR + cols_last);
+            let j0 = jp * nr;
+            let args = WideArgs {
+                rows: i1 - i0,
+                cols_last: nr.min(out.n - (jp + 3) * nr),
+                kc: blk.kc,
+                a: blk.a_tile(i0),
+                b: b.panel(blk.p, jp),
+                bstride,
+                c: out.tile(i0, j0),
+                accumulate: blk.p > 0,
+            };
+            // SAFETY: the A panel holds kc * mr values, each of the four B panels kc steps of
+            // NR readable values laid out as the panel says (bstride between panels); the C
+            // block at (i0, j0) lies inside C and belongs to this item alone.
+            unsafe { wide(&args) };
+            if blk.last {
+                out.finish(i0, i1, j0, 3 * nr + args.cols_last);
             }
             jp += 4;
         }
     }
-    if let (Some(tile_prefetch), BSource::Packed(pb)) = (kernels.tile_prefetch, b) {
+    if let (true, BSource::Packed(pb)) = (kernels.tile_prefetches, b) {
         if i1 - i0 <= FEW_ROWS_CHUNKED {
-            few_rows_in_chunks(
-                tile_prefetch,
-                mr,
-                kc,
-                ablock,
-                pb,
-                p,
-                last,
-                (i0, i1),
-                (jp, g1),
-                out,
-                ahead,
-            );
+            few_rows_in_chunks(blk, pb, jp);
             return;
         }
     }
-    let tile = kernels.tile;
-    // LOOP 2: row tiles. `copy`: the copying tile kernel and the buffer it copies the group's
-    // panels into (the first row tile copies, the others read the copy), or none.
-    let row_tiles = |copy: Option<(TileCopyFn<T, W>, *mut W)>| {
-        // Tile calls of this (group, depth block), each of which prefetches a slice of `ahead`.
-        let calls = (i1 - i0).div_ceil(mr) * (g1 - jp);
-        let mut i = i0;
-        while i < i1 {
-            let rows = mr.min(i1 - i);
-            let ap = ablock.wrapping_add((i / mr) * mr * kc);
-            // The next row tile's A micro-panel, for a family that fetches it ahead.
-            let next_a = (kernels.fetch_next_a && i + rows < i1)
-                .then(|| Ahead::run(ap.wrapping_add(mr * kc), mr * kc));
-            // LOOP 1: panels.
-            for q in jp..g1 {
-                if let Some(next_a) = next_a {
-                    next_a.fetch_slice(q - jp, g1 - jp);
-                }
-                let j0 = q * W::PANEL_NR;
-                let cols = W::PANEL_NR.min(n - j0);
-                let c = out.at(i, j0);
-                // SAFETY: the A panel holds kc*mr values, the B panel kc steps of NR readable
-                // values laid out as (ldb, hoff) say (the copy: in row order, NR apart; the
-                // buffer holds kc steps of NR values for each panel of the group from jp); the C
-                // tile at (i, j0) lies inside C and belongs to this item. Prefetched addresses
-                // are never read.
-                unsafe {
-                    match (copy, ahead.zip(kernels.tile_prefetch)) {
-                        (None, Some((ahead, tile_prefetch))) => {
-                            let (bp, ldb, hoff) = b.panel(p, q);
-                            let call = (i - i0) / mr * (g1 - jp) + (q - jp);
-                            let (pf, lines) = ahead.slice(call, calls);
-                            tile_prefetch(
-                                rows,
-                                cols,
-                                kc,
-                                ap,
-                                bp,
-                                ldb,
-                                hoff,
-                                c,
-                                out.ldc,
-                                p > 0,
-                                pf,
-                                lines,
-                            );
-                        }
-                        (None, None) => {
-                            let (bp, ldb, hoff) = b.panel(p, q);
-                            tile(rows, cols, kc, ap, bp, ldb, hoff, c, out.ldc, p > 0);
-                        }
-                        (Some((tile_copy, buf)), _) => {
-                            let dst = buf.wrapping_add((q - jp) * kc * W::PANEL_NR);
-                            if i == i0 {
-                                let (bp, ldb, hoff) = b.panel(p, q);
-                                tile_copy(
-                                    rows,
-                                    cols,
-                                    kc,
-                                    ap,
-                                    bp,
-                                    ldb,
-                                    hoff,
-                                    c,
-                                    out.ldc,
-                                    p > 0,
-                                    dst,
-                                );
-                            } else {
-                                let (ldb, hoff) = (W::PANEL_NR, W::PANEL_NR / 2);
-                                tile(rows, cols, kc, ap, dst, ldb, hoff, c, out.ldc, p > 0);
-                            }
-                        }
-                    }
-                }
-                if last {
-                    out.finish(i, i + rows, j0, cols);
-                }
+    if kernels.tile_copies && i1 - i0 > kernels.mr && b.in_place() {
+        // B read in place, by a family whose tile reads a panel in several passes: the first
+        // row tile copies each panel as it reads it (from memory) into a packed buffer of this
+        // thread, and the other row tiles read that copy, in whole cache lines one after the
+        // other, instead of B's rows again (rows a multiple of 2 KiB apart fall in one or two
+        // of the L1 cache's sets, so a tile of several passes finds none of a panel in L1
+        // again).
+        let len = (blk.panels.1 - jp) * blk.kc * W::PANEL_NR;
+        with_group_buffer(len, |buf| row_tiles(blk, jp, Some(buf)))
+    } else {
+        row_tiles(blk, jp, None)
+    }
+}
+
+/// One depth block `p` (`kc` steps, the last of K when `last`) of one work item: its rows, the
+/// panels of its column group, the packed A of the depth block, and the packed B the row
+/// tiles fetch ahead, if any ([`Ahead`]).
+struct DepthBlock<'a, T, W> {
+    kernels: &'a GemmKernels<T, W>,
+    p: usize,
+    kc: usize,
+    last: bool,
+    /// Packed A of this depth block (`mr` rows a panel, `kc` steps).
+    ablock: *const T,
+    b: &'a BSource<'a, W>,
+    rows: (usize, usize),
+    panels: (usize, usize),
+    out: &'a Out<'a, T>,
+    ahead: Option<Ahead<W>>,
+}
+
+impl<T, W> DepthBlock<'_, T, W> {
+    /// The A micro-panel of the row tile from row `i`.
+    #[inline(always)]
+    fn a_tile(&self, i: usize) -> *const T {
+        let mr = self.kernels.mr;
+        self.ablock.wrapping_add((i / mr) * mr * self.kc)
+    }
+}
+
+/// LOOP 2, row tiles of the row block, each through LOOP 1, the panels `jp..` of the group,
+/// with the tile kernel. `copy`: the buffer the first row tile copies the panels it reads into
+/// (NR values a step, a panel after the other), which the other row tiles then read. Else,
+/// with a prefetching tile kernel, every tile fetches a slice of `blk.ahead`.
+///
+/// Row tile outer and panels inner: a tile's A micro-panel is read again for each panel right
+/// after the read before, and the group's B panels come from L2 for every tile after the first.
+#[inline(always)]
+fn row_tiles<T: Element, W: StorageFormat>(
+    blk: &DepthBlock<'_, T, W>,
+    jp: usize,
+    copy: Option<*mut W>,
+) {
+    let DepthBlock {
+        kernels, b, out, ..
+    } = *blk;
+    let ((i0, i1), g1) = (blk.rows, blk.panels.1);
+    let (mr, nr, kc) = (kernels.mr, W::PANEL_NR, blk.kc);
+    // Tile calls of this (group, depth block), each of which prefetches a slice of `ahead`.
+    let calls = (i1 - i0).div_ceil(mr) * (g1 - jp);
+    let ahead = blk.ahead.filter(|_| kernels.tile_prefetches);
+    let mut i = i0;
+    while i < i1 {
+        let rows = mr.min(i1 - i);
+        let a = blk.a_tile(i);
+        // The next row tile's A micro-panel, for a family that fetches it ahead.
+        let next_a = (kernels.fetch_next_a && i + rows < i1)
+            .then(|| Ahead::run(a.wrapping_add(mr * kc), mr * kc));
+        for q in jp..g1 {
+            if let Some(next_a) = next_a {
+                next_a.fetch_slice(q - jp, g1 - jp);
             }
-            i += rows;
+            let j0 = q * nr;
+            let mut args = TileArgs {
+                rows,
+                cols: nr.min(out.n - j0),
+                kc,
+                a,
+                b: b.panel(blk.p, q),
+                c: out.tile(i, j0),
+                accumulate: blk.p > 0,
+            };
+            let mut aux = TileAux::NONE;
+            if let Some(buf) = copy {
+                let dst = buf.wrapping_add((q - jp) * kc * nr);
+                if i == i0 {
+                    aux.copy_to = Some(dst);
+                } else {
+                    args.b = BPanel {
+                        ptr: dst,
+                        ldb: nr,
+                        hoff: nr / 2,
+                    };
+                }
+            } else if let Some(ahead) = ahead {
+                let call = (i - i0) / mr * (g1 - jp) + (q - jp);
+                aux.prefetch = Some(ahead.slice(call, calls));
+            }
+            // SAFETY: the A panel holds kc * mr values, the B panel kc steps of NR readable
+            // values laid out as `args.b` says (the copy: in row order, NR apart; the buffer
+            // holds kc steps of NR values for each panel of the group from jp); the C tile at
+            // (i, j0) lies inside C and belongs to this item. Prefetched addresses are never
+            // read.
+            unsafe { (kernels.tile)(&args, &aux) };
+            if blk.last {
+                out.finish(i, i + rows, j0, args.cols);
+            }
         }
-    };
-    match kernels.tile_copy {
-        // B read in place: the first row tile copies each panel as it reads it (from memory)
-        // into a packed buffer of this thread, and the other row tiles read that copy, in
-        // whole cache lines one after the other, instead of B's rows again. Rows a multiple of
-        // 2 KiB apart fall in one or two of the L1 cache's 64 sets, which hold 16-24 of its
-        // lines, so a family whose tile reads a panel in several passes finds none of it in L1
-        // again; other row strides gain too. With the AVX2 kernels on a 2-core AMD EPYC (Zen
-        // 4), copying for every stride against copying only for those sharing sets (per-round
-        // ratios alternating two builds in one process, medians of 9), float32 rows 768 x 2304
-        // / 768 x 768 / 3072 x 768: 64 rows 1.16 / 1.24 / 1.18 on one thread and 1.15 / 1.19 /
-        // 1.03 on two, 16 to 48 rows 1.07-1.15; float64 0.99-1.02.
-        Some(tile_copy) if i1 - i0 > mr && b.in_place() => {
-            with_group_buffer((g1 - jp) * kc * W::PANEL_NR, |buf| {
-                row_tiles(Some((tile_copy, buf)))
-            })
-        }
-        _ => row_tiles(None),
+        i += rows;
     }
 }
 
@@ -588,15 +529,15 @@ fn macro_kernel<T: Element, W: PanelValue>(
 pub const FEW_ROWS_CHUNK: usize = 96;
 
 /// How far ahead of the chunk they compute the row tiles of [`few_rows_in_chunks`] fetch packed
-/// B: this many chunks (24 KiB).
+/// B: this many chunks (24 KiB of float32 panels).
 pub const FEW_ROWS_AHEAD: usize = 2;
 
 /// Row blocks of at most this many rows (three row quanta) take packed panels in depth chunks,
 /// with a family that has a prefetching tile kernel.
 pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
 
-/// LOOPS 2 and 1 for a row block of at most [`FEW_ROWS_CHUNKED`] rows against packed panels
-/// `jp..g1` of depth block `p`, all with the family's prefetching tile kernel: panels outer,
+/// LOOPS 2 and 1 for a row block of at most [`FEW_ROWS_CHUNKED`] rows against the packed panels
+/// `jp..` of the group, all with the family's prefetching tile kernel: panels outer,
 /// each panel taken in depth chunks of [`FEW_ROWS_CHUNK`] steps, and every row tile through a
 /// chunk before the next chunk (the tiles' C values stay in L1 in between, and each element's
 /// chain goes on from them in the same order: the bits do not change).
@@ -605,56 +546,32 @@ pub const FEW_ROWS_CHUNKED: usize = 3 * ROW_QUANTUM;
 /// tiles, and by the AVX2 tile in two half-panel passes. So that memory keeps working while
 /// the tiles compute, the tiles of each chunk fetch into L2 the packed B that lies
 /// [`FEW_ROWS_AHEAD`] chunks further on, each tile an equal slice of a chunk's lines, spread
-/// over its depth steps. The panels `jp..g1` of one depth block lie one after the other, so
-/// that is where these tiles read next; past their end the fetch goes on in `ahead` (the packed
-/// B this row block reads next, see [`Ahead`]).
-///
-/// With the AVX2 path forced on the 2-core Sapphire Rapids Xeon (per-round ratios of samples
-/// alternating in one process, against the earlier scheme, in which only the first row tile's
-/// second half-pass fetched the next chunk, within one step of it: medians of 9-15 rounds):
-/// - products over 400 MB of packed GPT-2 small shapes (768x3072, 3072x768, 768x2304), one
-///   thread, speed: float32 4 / 8 / 12 / 24 rows 1.18 / 1.11 / 1.16 / 1.18, float64 1.07 /
-///   1.14 / 1.21 / 1.19;
-/// - a GPT-2 small forward, two threads: 8 tokens 1.04-1.16, 12 tokens 1.26-1.31, 24 tokens
-///   1.17-1.22, one token of 8 sequences 1.09-1.20, 4 x 4 tokens 1.16; one thread, 8 tokens
-///   1.10.
-///
-/// The AVX-512 family's prefetching tile kernel takes the same path (its figures are in its
-/// kernel file).
-///
-/// One chunk ahead did a little less (float32 8 rows 1.08, 12 tokens 1.15), three about the
-/// same. Before, the fetch of a chunk came in a burst during one pass of the first tile and
-/// memory idled during the others, so fetching and computing mostly took turns: a forward over
-/// 12 tokens took about its memory time plus its compute time.
-///
-/// Measured with the earlier fetch: chunks of 64 steps did about as well as 96, of 128-192
-/// steps less; of 32-48 steps lost on two threads (more C traffic than the overlap gains).
-/// Chunks did not pay beyond 36 rows: at 48 rows with B in the cache 66-73 GFLOP/s against
-/// 66-77 through whole depth blocks, and every row block in chunks took 1024x3072x768 from 74
-/// to 69 GFLOP/s.
-#[allow(clippy::too_many_arguments)]
+/// over its depth steps (a chunk fetched in one burst by one tile would leave memory idle during
+/// the others, fetching and computing taking turns). The panels `jp..` of one depth block lie
+/// one after the other, so that is where these tiles read next; past their end the fetch goes
+/// on in `ahead` (the packed B this row block reads next, see [`Ahead`]). Beyond
+/// [`FEW_ROWS_CHUNKED`] rows the chunks do not pay (`benches/JOURNAL.md`).
 #[inline(always)]
-fn few_rows_in_chunks<T: Element, W: PanelValue>(
-    tile_prefetch: TilePrefetchFn<T, W>,
-    mr: usize,
-    kc: usize,
-    ablock: *const T,
+fn few_rows_in_chunks<T: Element, W: StorageFormat>(
+    blk: &DepthBlock<'_, T, W>,
     pb: &PackedB<W>,
-    p: usize,
-    last: bool,
-    (i0, i1): (usize, usize),
-    (jp, g1): (usize, usize),
-    out: &Out<'_, T>,
-    ahead: Option<Ahead<W>>,
+    jp: usize,
 ) {
-    let (n, nr) = (out.n, W::PANEL_NR);
+    let DepthBlock {
+        kernels,
+        p,
+        kc,
+        out,
+        ..
+    } = *blk;
+    let ((i0, i1), g1) = (blk.rows, blk.panels.1);
+    let (n, nr, mr) = (out.n, W::PANEL_NR, kernels.mr);
     let h = nr / 2;
-    let (ldb, hoff) = pb.layout(kc);
     let tiles = (i1 - i0).div_ceil(mr);
-    // The panels jp..g1 of this depth block: `region` values from `start`, then `ahead`.
+    // The panels jp..g1 of this depth block: `region` units from `start`, then `ahead`.
     let start = pb.panel(p, jp);
-    let region = (g1 - jp) * kc * nr;
-    let per_line = 64 / std::mem::size_of::<W>();
+    let panel_units = W::panel_units(kc);
+    let region = (g1 - jp) * panel_units;
     // Chunks of `chunk_len` steps (the last one shorter). Halves: an even count of them per
     // panel, so that the runs below pair them within a panel.
     let halves = pb.halves();
@@ -667,7 +584,7 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
     for q in jp..g1 {
         let j0 = q * nr;
         let cols = nr.min(n - j0);
-        let bp = pb.panel(p, q);
+        let b = pb.b_panel(p, q);
         let mut s = 0;
         let mut chunk = 0;
         while s < kc {
@@ -681,49 +598,45 @@ fn few_rows_in_chunks<T: Element, W: PanelValue>(
                 let half = chunk % 2;
                 let target = chunk - half + FEW_ROWS_AHEAD;
                 let (panel, first) = ((q - jp) + target / nchunks, target % nchunks);
-                panel * kc * nr + half * hoff + first * chunk_len * h
+                panel * panel_units + half * b.hoff + first * chunk_len * h
             } else {
-                (q - jp) * kc * nr + (s + FEW_ROWS_AHEAD * chunk_len) * nr
+                (q - jp) * panel_units + W::panel_units(s + FEW_ROWS_AHEAD * chunk_len)
             };
             let run = Ahead {
-                start: match ahead {
+                start: match blk.ahead {
                     Some(next) if at >= region => next.start.wrapping_add(at - region),
                     _ => start.wrapping_add(at),
                 },
-                lines: (len * nr).div_ceil(per_line),
+                lines: (W::panel_units(len) * std::mem::size_of::<W>()).div_ceil(64),
             };
             let mut i = i0;
             while i < i1 {
-                let rows = mr.min(i1 - i);
-                // The A panel of the tile holds mr values a step; this chunk starts s steps in.
-                let ap = ablock.wrapping_add((i / mr) * mr * kc + s * mr);
-                let (pf, lines) = run.slice((i - i0) / mr, tiles);
-                // SAFETY: the A panel holds kc*mr values and the chunk's len steps start s
-                // steps in; the packed panel holds kc steps of NR values laid out as (ldb,
-                // hoff) say, and so does its chunk from step s; the C tile at (i, j0) lies
-                // inside C and belongs to this item. Prefetched addresses are never read.
-                unsafe {
-                    tile_prefetch(
-                        rows,
-                        cols,
-                        len,
-                        ap,
-                        bp.add(s * ldb),
-                        ldb,
-                        hoff,
-                        out.at(i, j0),
-                        out.ldc,
-                        p > 0 || s > 0,
-                        pf,
-                        lines,
-                    );
-                }
-                i += rows;
+                let args = TileArgs {
+                    rows: mr.min(i1 - i),
+                    cols,
+                    kc: len,
+                    // The A panel of the tile holds mr values a step; this chunk starts s
+                    // steps in.
+                    a: blk.a_tile(i).wrapping_add(s * mr),
+                    b: b.from_step(s),
+                    c: out.tile(i, j0),
+                    accumulate: p > 0 || s > 0,
+                };
+                let aux = TileAux {
+                    copy_to: None,
+                    prefetch: Some(run.slice((i - i0) / mr, tiles)),
+                };
+                // SAFETY: the A panel holds kc * mr values and the chunk's len steps start s
+                // steps in; the packed panel holds kc steps laid out as `b` says, and so does
+                // its chunk from step s; the C tile at (i, j0) lies inside C and belongs to
+                // this item. Prefetched addresses are never read.
+                unsafe { (kernels.tile)(&args, &aux) };
+                i += args.rows;
             }
             s += len;
             chunk += 1;
         }
-        if last {
+        if blk.last {
             out.finish(i0, i1, j0, cols);
         }
     }
@@ -744,7 +657,8 @@ mod ahead_tests {
                 let ahead = Ahead { start: base, lines };
                 let mut next = 0;
                 for s in 0..count {
-                    let (start, len) = ahead.slice(s, count);
+                    let slice = ahead.slice(s, count);
+                    let (start, len) = (slice.ptr, slice.lines);
                     let first = (start as usize - base as usize) / 64;
                     assert_eq!(
                         first.min(lines),
@@ -787,7 +701,7 @@ thread_local! {
 /// when the thread's own is in use further up its stack).
 fn with_group_buffer<W: Copy, R>(len: usize, f: impl FnOnce(*mut W) -> R) -> R {
     // Room to start the copy on a cache line, as packed panels do (see `PackedB`).
-    const LINE: usize = super::PACKED_ALIGN;
+    const LINE: usize = super::pack::PACKED_ALIGN;
     let words = (len * std::mem::size_of::<W>()).div_ceil(8) + LINE / 8;
     let run = |v: &mut Vec<u64>| {
         if v.len() < words {

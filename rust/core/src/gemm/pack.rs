@@ -8,61 +8,12 @@
 //! columns, so the kernels never read outside the packed buffers; A's last panel has room for
 //! `mr` rows, of which the kernels read only the live ones.
 
-use super::MatRef;
-use crate::half::{Bf16, F16};
+use super::tuning;
+use super::view::MatRef;
+use crate::formats::{BPanel, StorageFormat, ValueFormat, WidensTo};
 use crate::kernels::{GemmKernels, Kernel};
 use crate::threads;
 use crate::Element;
-
-/// What a packed right-hand side can hold: the compute types themselves, or 16-bit storage
-/// ([`Bf16`], [`F16`]) that the kernels widen to float32 as they load it.
-pub trait PanelValue: Copy + Send + Sync + 'static {
-    /// Columns in one panel (the same for every kernel of the type).
-    const PANEL_NR: usize;
-    /// Whether a panel may be stored as two halves (see [`PackedB`]), for a kernel family
-    /// that asks for them: float32 and float64 (a step of a panel is two cache lines or
-    /// more), not 16-bit values (a step is one line, which a half-width strip reads half of
-    /// anyway).
-    const HALVES: bool;
-    /// The padding value of a partial last panel.
-    const PAD: Self;
-    /// Largest depth block.
-    fn kc_max() -> usize;
-}
-
-impl<T: Element> PanelValue for T {
-    const PANEL_NR: usize = T::NR;
-    const HALVES: bool = true;
-    const PAD: Self = T::ZERO;
-    #[inline(always)]
-    fn kc_max() -> usize {
-        super::tuning::kc_max::<T>()
-    }
-}
-
-/// 16-bit values use float32's panel width (the kernels widen one 16-lane half at a time)
-/// and its depth blocks.
-macro_rules! half_panel {
-    ($h:ty) => {
-        impl PanelValue for $h {
-            const PANEL_NR: usize = f32::NR;
-            const HALVES: bool = false;
-            const PAD: Self = <$h>::ZERO_BITS;
-            #[inline(always)]
-            fn kc_max() -> usize {
-                super::tuning::kc_max::<f32>()
-            }
-        }
-    };
-}
-impl Bf16 {
-    pub const ZERO_BITS: Bf16 = Bf16(0);
-}
-impl F16 {
-    pub const ZERO_BITS: F16 = F16(0);
-}
-half_panel!(Bf16);
-half_panel!(F16);
 
 /// How K is cut into depth blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +36,28 @@ impl KBlocks {
             count: k.div_ceil(kc),
         }
     }
+    /// Blocks of at most `kc_max` steps (rounded up to a multiple of `align`) whose lengths are
+    /// multiples of `align`, the last one excepted: for a format whose blocks span `align`
+    /// depth steps. `align == 1` is [`KBlocks::new`].
+    pub fn aligned(k: usize, kc_max: usize, align: usize) -> KBlocks {
+        if align <= 1 || k == 0 {
+            return KBlocks::new(k, kc_max);
+        }
+        let kc_max = kc_max.div_ceil(align) * align;
+        let count = k.div_ceil(kc_max);
+        let kc = k.div_ceil(count).div_ceil(align) * align;
+        KBlocks {
+            k,
+            kc,
+            count: k.div_ceil(kc),
+        }
+    }
+
+    /// The depth blocks of a B stored as `W` ([`KBlocks::aligned`] to its blocks).
+    pub fn for_format<W: StorageFormat>(k: usize) -> KBlocks {
+        KBlocks::aligned(k, tuning::kc_max::<W>(), W::BLOCK_K)
+    }
+
     /// (start, length) of block p.
     #[inline(always)]
     pub fn block(&self, p: usize) -> (usize, usize) {
@@ -94,10 +67,8 @@ impl KBlocks {
 }
 
 /// Rows ahead of the row being packed that [`PackedB`]'s packing fetches into L1, for rows of at
-/// most [`PREFETCH_ROW_MAX_BYTES`]. The slabs of a B packed in the call (rows of 1-3 KiB, from
-/// memory or the L3 cache) were packed at 3.5-6.0 GB/s without it and 5.1-6.8 GB/s with it
-/// (medians of 30 calls, six shapes, two runs), the products 1.00-1.03 x as fast (AVX2 kernels,
-/// 2-core AMD EPYC Zen 4, one thread, call by call); 8 and 16 rows ahead were a little slower.
+/// most [`PREFETCH_ROW_MAX_BYTES`]: each short row (a slab of a B packed in the call) is a new
+/// stream that the hardware prefetcher meets too late.
 const ROWS_AHEAD: usize = 4;
 
 /// Rows longer than this are left to the hardware prefetcher (a long row is one stream it
@@ -120,17 +91,17 @@ pub(crate) fn line_start<T>(addr: usize) -> usize {
 /// values, as two halves of `h = NR / 2` columns one after the other, each `kc` steps of `h`
 /// values, so that a kernel strip of at most `h` columns reads its values in sequence (see the
 /// kernels' contract in [`crate::kernels`]). Every kernel reads both layouts, with the same
-/// bits. The AVX2 6 x 16 strips read every other cache line of a panel stored step by step;
-/// the half panels made large float32 products 1.00-1.06 x as fast and float64 1.04-1.09 x
-/// (2-core AMD EPYC Zen 4, call by call; see `docs/performance.md`). The AVX-512 tile reads a
-/// whole step at once, and few rows read from memory lost up to 5 % with halves there.
+/// bits. The AVX2 6 x 16 strips would read every other cache line of a panel stored step by
+/// step; the AVX-512 tile reads a whole step at once, and keeps steps whole.
 ///
-/// The panels start on a cache-line boundary inside their buffer (`start` values in), so no
-/// vector load of a panel spans two lines. The allocator hands out large blocks 16 bytes past
-/// a page boundary, which put the panels 16, 32 or 48 bytes past a line: every other 32-byte
-/// AVX2 load then spanned two lines. With the AVX2 kernels on an AMD EPYC (Zen 4, 2 cores),
-/// aligning them made GPT-2 small forwards 5-9 % faster (see `docs/performance.md`).
-pub struct PackedB<T: PanelValue> {
+/// The panels start on a cache-line boundary inside their buffer (`start` units in), so no
+/// vector load of a panel spans two lines (the allocator hands out large blocks 16 bytes past a
+/// page boundary, where every other 32-byte load would span two lines).
+///
+/// The units' layout is the storage format's ([`StorageFormat`]): panel `jp` of depth block `p`
+/// is [`StorageFormat::panel_units`]`(kc)` units, the panels of a depth block one after the
+/// other, the depth blocks one after the other.
+pub struct PackedB<T> {
     data: Vec<T>,
     /// Values of `data` before the first panel (fewer than a cache line's worth).
     start: usize,
@@ -141,7 +112,136 @@ pub struct PackedB<T: PanelValue> {
     halves: bool,
 }
 
-impl<T: PanelValue> PackedB<T> {
+impl<T: StorageFormat> PackedB<T> {
+    /// Units a packed (K x N) matrix holds (its last panel padded to NR columns, its last
+    /// block of a block format to whole blocks).
+    pub fn packed_len(k: usize, n: usize) -> usize {
+        n.div_ceil(T::PANEL_NR).saturating_mul(T::panel_units(k))
+    }
+
+    /// Units of a buffer that [`PackedB::pack_into`] can pack a (K x N) matrix into, wherever
+    /// the buffer lies: [`PackedB::packed_len`] and room to start on a cache line.
+    pub fn buffer_len(k: usize, n: usize) -> usize {
+        Self::packed_len(k, n).saturating_add(PACKED_ALIGN / std::mem::size_of::<T>())
+    }
+
+    /// The packed units (panel after panel, block after block).
+    pub fn values(&self) -> &[T] {
+        &self.data[self.start..self.start + Self::packed_len(self.k, self.n)]
+    }
+
+    /// The storage back, for [`PackedB::pack_into`] to reuse.
+    pub fn into_data(self) -> Vec<T> {
+        self.data
+    }
+
+    pub fn rows(&self) -> usize {
+        self.k
+    }
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+    /// Bytes of the packed units.
+    pub fn nbytes(&self) -> usize {
+        Self::packed_len(self.k, self.n) * std::mem::size_of::<T>()
+    }
+    /// Whether the panels are stored as two halves (else step by step).
+    pub fn halves(&self) -> bool {
+        self.halves
+    }
+
+    /// The row stride and the second half's offset a kernel reads a panel of a `kc`-step
+    /// depth block with (see [`BPanel`]): `NR / 2` and `kc NR / 2` for halves, `NR` and
+    /// `NR / 2` step by step; a block format's blocks lie one after the other.
+    #[inline(always)]
+    fn layout_of(halves: bool, kc: usize) -> (usize, usize) {
+        let h = T::PANEL_NR / 2;
+        if T::BLOCK_K > 1 {
+            (T::PANEL_BLOCK_UNITS, 0)
+        } else if halves {
+            (h, kc * h)
+        } else {
+            (T::PANEL_NR, h)
+        }
+    }
+
+    /// [`PackedB::layout_of`] for this matrix's panels.
+    #[inline(always)]
+    pub(crate) fn layout(&self, kc: usize) -> (usize, usize) {
+        Self::layout_of(self.halves, kc)
+    }
+
+    /// Pointer to panel `jp` of depth block `p`.
+    #[inline(always)]
+    pub(crate) fn panel(&self, p: usize, jp: usize) -> *const T {
+        let (k0, kc) = self.kb.block(p);
+        let panels = self.n.div_ceil(T::PANEL_NR);
+        // SAFETY: the panel lies inside the packed units (k0 is a multiple of the format's
+        // block depth: blocks before it are whole).
+        unsafe {
+            self.data
+                .as_ptr()
+                .add(self.start + panels * T::panel_units(k0) + jp * T::panel_units(kc))
+        }
+    }
+
+    /// A matrix packed by its format's own packer (a block format's): `data[start..]` holds
+    /// the [`PackedB::packed_len`] units of a (K x N) matrix, its depth blocks those of
+    /// [`KBlocks::for_format`], every panel in the format's layout.
+    pub fn from_packed_units(data: Vec<T>, start: usize, k: usize, n: usize) -> PackedB<T> {
+        assert!(start * std::mem::size_of::<T>() < PACKED_ALIGN);
+        assert!(
+            data.len() >= start + Self::packed_len(k, n),
+            "packed units too few"
+        );
+        PackedB {
+            data,
+            start,
+            k,
+            n,
+            kb: KBlocks::for_format::<T>(k),
+            halves: false,
+        }
+    }
+
+    /// Panel `jp` of depth block `p` as the kernels read it.
+    #[inline(always)]
+    pub(crate) fn b_panel(&self, p: usize, jp: usize) -> BPanel<T> {
+        let (ldb, hoff) = self.layout(self.kb.block(p).1);
+        BPanel {
+            ptr: self.panel(p, jp),
+            ldb,
+            hoff,
+        }
+    }
+
+    /// The matrix back in row-major (K x N) order, every value widened to `C` (exactly:
+    /// [`WidensTo`]).
+    pub fn unpack_widened<C: Copy + Default>(&self) -> Vec<C>
+    where
+        T: WidensTo<C>,
+    {
+        let (k, n) = (self.k, self.n);
+        let mut out = vec![C::default(); k * n];
+        let mut step = vec![C::default(); T::PANEL_NR];
+        for p in 0..self.kb.count {
+            let (k0, kc) = self.kb.block(p);
+            for jp in 0..n.div_ceil(T::PANEL_NR) {
+                let b = self.b_panel(p, jp);
+                let j0 = jp * T::PANEL_NR;
+                let cols = T::PANEL_NR.min(n - j0);
+                for kk in 0..kc {
+                    // SAFETY: step kk of a panel of this matrix, laid out as `b` says.
+                    unsafe { T::widen_step(&b, kk, &mut step[..cols]) };
+                    out[(k0 + kk) * n + j0..][..cols].copy_from_slice(&step[..cols]);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl<T: ValueFormat> PackedB<T> {
     /// Pack a (K x N) matrix given with any strides (panics if memory runs out; see
     /// [`PackedB::try_pack`]).
     pub fn pack(b: MatRef<'_, T>) -> PackedB<T> {
@@ -160,29 +260,6 @@ impl<T: PanelValue> PackedB<T> {
         let len = Self::buffer_len(b.rows, b.cols);
         let data = crate::memory::try_zeroed::<T>(len, "packing a matrix")?;
         Ok(Self::pack_into_for(b, data, kernel))
-    }
-
-    /// Values a packed (K x N) matrix holds (its last panel padded to NR columns).
-    pub fn packed_len(k: usize, n: usize) -> usize {
-        n.div_ceil(T::PANEL_NR)
-            .saturating_mul(T::PANEL_NR)
-            .saturating_mul(k)
-    }
-
-    /// Values of a buffer that [`PackedB::pack_into`] can pack a (K x N) matrix into, wherever
-    /// the buffer lies: [`PackedB::packed_len`] and room to start on a cache line.
-    pub fn buffer_len(k: usize, n: usize) -> usize {
-        Self::packed_len(k, n).saturating_add(PACKED_ALIGN / std::mem::size_of::<T>())
-    }
-
-    /// The packed values (panel after panel, block after block).
-    pub fn values(&self) -> &[T] {
-        &self.data[self.start..self.start + Self::packed_len(self.k, self.n)]
-    }
-
-    /// The storage back, for [`PackedB::pack_into`] to reuse.
-    pub fn into_data(self) -> Vec<T> {
-        self.data
     }
 
     /// Pack a (K x N) matrix into `data`, which must hold exactly [`PackedB::buffer_len`]
@@ -218,7 +295,7 @@ impl<T: PanelValue> PackedB<T> {
         assert!(start * std::mem::size_of::<T>() < PACKED_ALIGN);
         let len = Self::packed_len(k, n);
         let vals = &mut data[start..start + len];
-        let kb = KBlocks::new(k, T::kc_max());
+        let kb = KBlocks::for_format::<T>(k);
         let panels = n.div_ceil(T::PANEL_NR);
         let npad = panels * T::PANEL_NR;
         if k > 0 && n < npad {
@@ -229,7 +306,7 @@ impl<T: PanelValue> PackedB<T> {
                 let base = npad * k0 + (panels - 1) * T::PANEL_NR * kc;
                 for kk in 0..kc {
                     for j in n - j0..T::PANEL_NR {
-                        vals[base + Self::offset(halves, kc, kk, j)] = T::PAD;
+                        vals[base + Self::offset(halves, kc, kk, j)] = T::ZERO_UNIT;
                     }
                 }
             }
@@ -277,10 +354,7 @@ impl<T: PanelValue> PackedB<T> {
                                 if live == T::PANEL_NR {
                                     // A whole panel's segment: two copies of a length known
                                     // when compiling (moves in registers, where a length known
-                                    // only when running calls `memcpy` for each 64-byte half: a
-                                    // 768 x 2304 float32 B packed in 0.92-1.01 ms against
-                                    // 1.21, float64 2.73-2.77 against 3.06-3.20, on one thread
-                                    // of the 2-core Xeon with a 2 MiB L2).
+                                    // only when running calls `memcpy` for each half).
                                     put(0, h);
                                     put(h, h);
                                 } else {
@@ -351,7 +425,7 @@ impl<T: PanelValue> PackedB<T> {
     /// The matrix back in row-major (K x N) order.
     pub fn unpack(&self) -> Vec<T> {
         let (k, n) = (self.k, self.n);
-        let mut out = vec![T::PAD; k * n];
+        let mut out = vec![T::ZERO_UNIT; k * n];
         for p in 0..self.kb.count {
             let (k0, kc) = self.kb.block(p);
             for jp in 0..n.div_ceil(T::PANEL_NR) {
@@ -368,66 +442,16 @@ impl<T: PanelValue> PackedB<T> {
         out
     }
 
-    pub fn rows(&self) -> usize {
-        self.k
-    }
-    pub fn cols(&self) -> usize {
-        self.n
-    }
-    /// Bytes of the packed values.
-    pub fn nbytes(&self) -> usize {
-        Self::packed_len(self.k, self.n) * std::mem::size_of::<T>()
-    }
-    /// Whether the panels are stored as two halves (else step by step).
-    pub fn halves(&self) -> bool {
-        self.halves
-    }
-
     /// Where value `j` of step `kk` lies in a panel of a `kc`-step depth block.
     #[inline(always)]
     fn offset(halves: bool, kc: usize, kk: usize, j: usize) -> usize {
         let (ldb, hoff) = Self::layout_of(halves, kc);
         kk * ldb + crate::kernels::half_offset(j, T::PANEL_NR / 2, hoff)
     }
-
-    /// The row stride and the second half's offset a kernel reads a panel of a `kc`-step
-    /// depth block with (see the kernels' contract): `NR / 2` and `kc NR / 2` for halves,
-    /// `NR` and `NR / 2` step by step.
-    #[inline(always)]
-    fn layout_of(halves: bool, kc: usize) -> (usize, usize) {
-        let h = T::PANEL_NR / 2;
-        if halves {
-            (h, kc * h)
-        } else {
-            (T::PANEL_NR, h)
-        }
-    }
-
-    /// [`PackedB::layout_of`] for this matrix's panels.
-    #[inline(always)]
-    pub(crate) fn layout(&self, kc: usize) -> (usize, usize) {
-        Self::layout_of(self.halves, kc)
-    }
-
-    /// Pointer to panel `jp` of depth block `p`.
-    #[inline(always)]
-    pub(crate) fn panel(&self, p: usize, jp: usize) -> *const T {
-        let (k0, kc) = self.kb.block(p);
-        let npad = self.n.div_ceil(T::PANEL_NR) * T::PANEL_NR;
-        unsafe {
-            self.data
-                .as_ptr()
-                .add(self.start + npad * k0 + jp * T::PANEL_NR * kc)
-        }
-    }
 }
 
 /// Values of A from which `pack_a` packs on every thread, for a product that runs on every
-/// thread. With the AVX2 kernels on the 2-core AMD EPYC (Zen 4), two threads, float32 packed
-/// products, against the earlier bound of 2^17 (builds alternating in one process, medians of
-/// 11-15 per-round ratios): 64 x 768 against 768 / 2304 / 3072 columns 1.12 / 1.04 / 1.06 x,
-/// 24 and 32 x 768 x 768 1.13 x, 24-36 rows against 2304 or 3072 columns 0.97-1.00 x; one
-/// thread and 64 x 768 x 4 (a product left on one thread) 0.98-1.00 x.
+/// thread (below it, waking the other threads costs more than the packing they share).
 pub const A_PARALLEL_MIN: usize = 1 << 14;
 
 /// Pack all of A (M x K, any strides) into `mr`-row panels, block by block, with the
@@ -459,7 +483,7 @@ pub(crate) fn pack_a<T: Element, W>(
 /// Whether all of A is packed on every thread for an (m x k) by (k x n) product: from
 /// [`A_PARALLEL_MIN`] values, for a product that runs on every thread.
 pub(crate) fn packs_on_every_thread(m: usize, k: usize, n: usize) -> bool {
-    m * k >= A_PARALLEL_MIN && super::loops::runs_on_every_thread(m, k, n)
+    m * k >= A_PARALLEL_MIN && tuning::runs_on_every_thread(m, k, n)
 }
 
 /// Grows `out` to the length of A packed by [`pack_a`] (M rounded up to `mr`, times K) when it

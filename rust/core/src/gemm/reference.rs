@@ -1,6 +1,6 @@
 //! The reference product: the naive triple loop with `mul_add`, in the contract's order.
 
-use super::MatRef;
+use super::view::MatRef;
 use crate::Element;
 
 /// The reference product: the naive triple loop with `mul_add`, in the contract's order.

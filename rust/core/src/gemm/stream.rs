@@ -1,15 +1,14 @@
 //! Few rows of A against B read in place along whole rows (the family's stream kernel): the
 //! columns are cut into one contiguous range per thread.
 
-use super::MatRef;
-use crate::kernels::StreamFn;
+use super::view::MatRef;
+use crate::kernels::{CTile, StreamArgs, StreamFn};
 use crate::threads;
 use crate::Element;
 
 /// Columns each thread's part of a stream product must have at least, else the panel path
-/// runs: with shorter pieces of B's rows the streams are short and the panel path's
-/// four-panel kernel was faster (a first version on 3072 x 768, two threads of 384 columns:
-/// 20 against 23 GB/s; on 768 x 2304, 1152 columns each: 25 against 19).
+/// runs: with shorter pieces of B's rows the streams are short, and the panel path's
+/// four-panel kernel reads faster.
 const STREAM_MIN_COLS: usize = 512;
 
 /// Few rows of A against B read in place along whole rows ([`StreamFn`]); the
@@ -68,17 +67,19 @@ pub(super) fn stream_rows<T: Element>(
         // SAFETY: A holds m rows of k values lda apart; B's columns j0..j1 of k rows lie inside
         // B; C's block (m x (j1 - j0)) at column j0 lies inside C and belongs to this part.
         unsafe {
-            stream(
-                m,
-                j1 - j0,
+            stream(&StreamArgs {
+                rows: m,
+                cols: j1 - j0,
                 k,
-                ap.get(),
+                a: ap.get(),
                 lda,
-                b.row_ptr(0).add(j0),
-                b.rs as usize,
-                cp.get().add(j0),
-                ldc,
-            )
+                b: b.row_ptr(0).add(j0),
+                ldb: b.rs as usize,
+                c: CTile {
+                    ptr: cp.get().add(j0),
+                    ldc,
+                },
+            })
         }
     };
     if parts == 1 {

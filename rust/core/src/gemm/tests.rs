@@ -1,7 +1,9 @@
 use super::*;
+use crate::kernels::{BPanel, CTile, PrefetchRun, TileArgs, TileAux, WideArgs};
 use crate::threads;
-use pack::{line_start, KBlocks};
+use pack::{line_start, pack_a, KBlocks};
 use rand::{Rng, SeedableRng};
+use slabs::{l2_holds_one_slab, pack_by_slabs, slab_columns, slab_count};
 
 fn gemm_with<T: GemmElement>(
     kernel: Kernel,
@@ -28,8 +30,8 @@ fn gemm_packed<T: GemmElement>(a: MatRef<'_, T>, b: &PackedB<T>, c: &mut [T], ld
 }
 
 /// `b` packed with its panels in halves or step by step, whichever kernel is in use.
-fn pack_laid_out<T: PanelValue>(b: MatRef<'_, T>, halves: bool) -> PackedB<T> {
-    let data = vec![T::PAD; PackedB::<T>::buffer_len(b.rows, b.cols)];
+fn pack_laid_out<T: crate::formats::ValueFormat>(b: MatRef<'_, T>, halves: bool) -> PackedB<T> {
+    let data = vec![T::ZERO_UNIT; PackedB::<T>::buffer_len(b.rows, b.cols)];
     let start = line_start::<T>(data.as_ptr() as usize);
     PackedB::pack_at(b, data, start, halves)
 }
@@ -454,7 +456,7 @@ fn packed_panels_start_on_a_cache_line() {
     // already), so the offsets are checked two ways: `line_start` for every address a value
     // can have in a line, and packing at every start a buffer can need; then buffers from the
     // allocator, wherever they fall.
-    fn check<T: PanelValue + Element>() {
+    fn check<T: StorageFormat + Element>() {
         let size = std::mem::size_of::<T>();
         for base in [0usize, 64, 4096 * 9] {
             for addr in (base..base + PACKED_ALIGN).step_by(size) {
@@ -463,7 +465,10 @@ fn packed_panels_start_on_a_cache_line() {
                 assert_eq!((addr + s * size) % PACKED_ALIGN, 0, "{}", T::NAME);
             }
         }
-        for (k, n) in [(T::kc_max() + 5, 3), (7, 2 * T::PANEL_NR + 3)] {
+        for (k, n) in [
+            (crate::gemm::tuning::kc_max::<T>() + 5, 3),
+            (7, 2 * T::PANEL_NR + 3),
+        ] {
             let b: Vec<T> = (0..k * n).map(|i| T::from_f64((i % 97) as f64)).collect();
             let view = MatRef::from_slice(&b, k, n);
             for halves in [false, true] {
@@ -500,8 +505,8 @@ fn packed_panels_start_on_a_cache_line() {
 /// fail) and both unpack to B.
 #[test]
 fn packed_layout_follows_the_kernel_family() {
-    fn check<T: PanelValue + Element>(halves_for_avx2: bool) {
-        let (k, n) = (T::kc_max() + 7, 2 * T::PANEL_NR + 5);
+    fn check<T: StorageFormat + Element>(halves_for_avx2: bool) {
+        let (k, n) = (crate::gemm::tuning::kc_max::<T>() + 7, 2 * T::PANEL_NR + 5);
         let b: Vec<T> = (0..k * n).map(|i| T::from_f64((i % 89) as f64)).collect();
         let view = MatRef::from_slice(&b, k, n);
         for kernel in Kernel::ALL {
@@ -523,7 +528,7 @@ fn packed_layout_follows_the_kernel_family() {
     check::<f32>(true);
     check::<f64>(true);
     // 16-bit panels stay step by step, even for AVX2 (a step is one cache line).
-    let h = vec![crate::half::Bf16(0x3f80); 300 * 70];
+    let h = vec![crate::formats::Bf16(0x3f80); 300 * 70];
     let pb = PackedB::try_pack_for(MatRef::from_slice(&h, 300, 70), Kernel::Avx2).unwrap();
     assert!(!pb.halves());
 }
@@ -690,12 +695,13 @@ impl<T: Element> Chain<'_, T> {
     }
 }
 
-/// A tile kernel of a family: plain, copying the panel it reads, or prefetching.
-#[derive(Clone, Copy)]
-enum Entry<T: 'static> {
-    Tile(crate::kernels::TileFn<T>),
-    Copy(crate::kernels::TileCopyFn<T>),
-    Prefetch(crate::kernels::TilePrefetchFn<T>),
+/// What a tile kernel is asked to do beside its tile in a call of the test below: nothing,
+/// copying the panel it reads, or prefetching.
+#[derive(Clone, Copy, PartialEq)]
+enum Entry {
+    Tile,
+    Copy,
+    Prefetch,
 }
 
 /// Each micro-kernel called directly, against the contract's chain: every live row count,
@@ -715,12 +721,11 @@ fn micro_kernels_called_directly_match_the_chain() {
         for kernel in available() {
             let spec = T::gemm_kernels(kernel);
             let mr = spec.mr;
-            // The tile kernel, its copying variant and its prefetching one, where the family
-            // has them.
-            let entries = [Some(Entry::Tile(spec.tile))]
+            // The tile kernel alone, copying and prefetching, where the family's does those.
+            let entries = [Some(Entry::Tile)]
                 .into_iter()
-                .chain([spec.tile_copy.map(Entry::Copy)])
-                .chain([spec.tile_prefetch.map(Entry::Prefetch)])
+                .chain([spec.tile_copies.then_some(Entry::Copy)])
+                .chain([spec.tile_prefetches.then_some(Entry::Prefetch)])
                 .flatten();
             let ahead = random::<T>(&mut rng, 64 * (3 * 17 + 2));
             for entry in entries {
@@ -752,46 +757,27 @@ fn micro_kernels_called_directly_match_the_chain() {
                                     let mut copy = vec![sentinel; kc * nr + 1];
                                     let cp = unsafe { c.as_mut_ptr().add(ldc) };
                                     let (ap, bp) = (a.as_ptr(), b.as_ptr());
-                                    match entry {
-                                        Entry::Tile(tile) => unsafe {
-                                            tile(
-                                                rows, cols, kc, ap, bp, ldb, hoff, cp, ldc,
-                                                accumulate,
-                                            )
-                                        },
-                                        Entry::Copy(tile) => unsafe {
-                                            tile(
-                                                rows,
-                                                cols,
-                                                kc,
-                                                ap,
-                                                bp,
-                                                ldb,
-                                                hoff,
-                                                cp,
-                                                ldc,
-                                                accumulate,
-                                                copy.as_mut_ptr(),
-                                            )
-                                        },
-                                        Entry::Prefetch(tile) => unsafe {
-                                            tile(
-                                                rows,
-                                                cols,
-                                                kc,
-                                                ap,
-                                                bp,
-                                                ldb,
-                                                hoff,
-                                                cp,
-                                                ldc,
-                                                accumulate,
-                                                ahead.as_ptr(),
-                                                (rows * 5 + cols) % (3 * kc + 3),
-                                            )
-                                        },
-                                    }
-                                    if let Entry::Copy(_) = entry {
+                                    let args = TileArgs {
+                                        rows,
+                                        cols,
+                                        kc,
+                                        a: ap,
+                                        b: BPanel { ptr: bp, ldb, hoff },
+                                        c: CTile { ptr: cp, ldc },
+                                        accumulate,
+                                    };
+                                    let aux = TileAux {
+                                        copy_to: (entry == Entry::Copy)
+                                            .then_some(copy.as_mut_ptr()),
+                                        prefetch: (entry == Entry::Prefetch).then_some(
+                                            PrefetchRun {
+                                                ptr: ahead.as_ptr().cast(),
+                                                lines: (rows * 5 + cols) % (3 * kc + 3),
+                                            },
+                                        ),
+                                    };
+                                    unsafe { (spec.tile)(&args, &aux) };
+                                    if entry == Entry::Copy {
                                         // Every value of the panel, NaN columns too, bit for bit.
                                         for kk in 0..kc {
                                             for j in 0..nr {
@@ -864,21 +850,24 @@ fn micro_kernels_called_directly_match_the_chain() {
                                 let ldc = 4 * nr + 2;
                                 let c0 = random::<T>(&mut rng, rows * cols);
                                 let mut c = c_between_sentinels(&c0, rows, cols, ldc, sentinel);
-                                unsafe {
-                                    wide(
-                                        rows,
-                                        cols_last,
-                                        kc,
-                                        a.as_ptr(),
-                                        b.as_ptr(),
+                                let args = WideArgs {
+                                    rows,
+                                    cols_last,
+                                    kc,
+                                    a: a.as_ptr(),
+                                    b: BPanel {
+                                        ptr: b.as_ptr(),
                                         ldb,
                                         hoff,
-                                        bstride,
-                                        c.as_mut_ptr().add(ldc),
+                                    },
+                                    bstride,
+                                    c: CTile {
+                                        ptr: unsafe { c.as_mut_ptr().add(ldc) },
                                         ldc,
-                                        accumulate,
-                                    )
+                                    },
+                                    accumulate,
                                 };
+                                unsafe { wide(&args) };
                                 let chain = Chain {
                                     a: &a,
                                     mr,
@@ -928,7 +917,10 @@ fn slab_widths() {
         for s in 0..count {
             let (j0, j1) = slab_columns(s, count, n, nr);
             assert_eq!(j0, next, "slab {s} of {count} over {n}");
-            assert!(j1 > j0 && (j1 % nr == 0 || j1 == n), "slab {s}: {j0}..{j1}");
+            assert!(
+                j1 > j0 && (j1.is_multiple_of(nr) || j1 == n),
+                "slab {s}: {j0}..{j1}"
+            );
             let panels = (j1 - j0).div_ceil(nr);
             narrowest = narrowest.min(panels);
             widest = widest.max(panels);
@@ -949,7 +941,7 @@ fn slab_widths() {
         for t in [1usize, 2, 3] {
             // 768 x 2304 float32 (7 MiB packed): 7, 8 or 9 slabs.
             let count = slab_count::<f32>(256, 768, 2304, t, several);
-            assert!(count > 1 && count % t == 0, "{t}: {count}");
+            assert!(count > 1 && count.is_multiple_of(t), "{t}: {count}");
             check_slabs(count, 2304, f32::NR, group);
             assert_eq!(
                 slab_count::<f32>(12, 768, 2304, t, several),
@@ -968,7 +960,7 @@ fn slab_widths() {
             assert!(slab_count::<f32>(4096, 768, 2304, t, several) > 1);
             let below = ONE_PIECE_MIN_ROWS_F64 - 1;
             let count = slab_count::<f64>(below, 768, 2304, t, several);
-            assert!(count > 1 && count % t == 0, "{t}: {count}");
+            assert!(count > 1 && count.is_multiple_of(t), "{t}: {count}");
             check_slabs(count, 2304, f64::NR, group);
             for m in [ONE_PIECE_MIN_ROWS_F64, 4096] {
                 let count = slab_count::<f64>(m, 768, 2304, t, several);
@@ -990,8 +982,8 @@ fn slab_widths() {
 }
 
 /// The one-piece rule for float64 follows the L2's size: one piece on an L2 of less than two
-/// slabs (1 MiB, as on the Zen 4 EPYC) or of unknown size, slabs on one of two slabs or more
-/// (2 MiB, as on the Intel Xeon); and sysfs's cache sizes are read as it writes them.
+/// slabs (1 MiB) or of unknown size, slabs on one of two slabs or more (2 MiB); and sysfs's
+/// cache sizes are read as it writes them.
 #[test]
 fn one_piece_rule_follows_the_l2_size() {
     let slab = tuning::slab_bytes();
@@ -1007,7 +999,7 @@ fn one_piece_rule_follows_the_l2_size() {
         assert_eq!(tuning::parse_cache_size(bad), None, "{bad:?}");
     }
     if let Some(l2) = tuning::l2_bytes() {
-        assert!(l2 >= 64 << 10 && l2 <= 64 << 20, "an L2 of {l2} bytes");
+        assert!((64 << 10..=64 << 20).contains(&l2), "an L2 of {l2} bytes");
     }
 }
 
@@ -1029,8 +1021,8 @@ macro_rules! assert_avx2_has {
         #[cfg(target_arch = "x86_64")]
         if Kernel::Avx2.supported() {
             use crate::kernels::HasKernels;
-            assert!(f32::gemm_kernels(Kernel::Avx2).$entry.is_some());
-            assert!(f64::gemm_kernels(Kernel::Avx2).$entry.is_some());
+            assert!(f32::gemm_kernels(Kernel::Avx2).$entry);
+            assert!(f64::gemm_kernels(Kernel::Avx2).$entry);
         }
     };
 }
@@ -1140,7 +1132,7 @@ fn check_with_epilogue<T: GemmElement>(
 #[test]
 fn in_place_b_copied_by_the_first_row_tile_matches_reference() {
     // Not a vacuous test where AVX2 runs: its kernels take the copying path here.
-    assert_avx2_has!(tile_copy);
+    assert_avx2_has!(tile_copies);
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(91);
         let nr = T::NR;
@@ -1187,14 +1179,14 @@ fn in_place_b_copied_by_the_first_row_tile_matches_reference() {
 /// packed in the call past the bound or for any other layout.
 #[test]
 fn plain_b_read_in_place_up_to_the_family_bound() {
-    assert_avx2_has!(tile_copy);
-    assert!(IN_PLACE_MAX_ROWS < IN_PLACE_MAX_ROWS_COPYING);
+    assert_avx2_has!(tile_copies);
+    const { assert!(IN_PLACE_MAX_ROWS < IN_PLACE_MAX_ROWS_COPYING) };
     fn check<T: GemmElement>() {
         let b = vec![T::ZERO; 6 * 10];
         let rows = MatRef::from_slice(&b, 6, 10);
         let columns = unsafe { MatRef::from_raw(b.as_ptr(), 6, 10, 1, 6) };
         for kernel in available() {
-            let bound = if T::gemm_kernels(kernel).tile_copy.is_some() {
+            let bound = if T::gemm_kernels(kernel).tile_copies {
                 IN_PLACE_MAX_ROWS_COPYING
             } else {
                 IN_PLACE_MAX_ROWS
@@ -1226,13 +1218,17 @@ fn plain_b_read_in_place_up_to_the_family_bound() {
 fn few_rows_in_depth_chunks_match_reference() {
     // Not a vacuous test where AVX2 runs: its kernels take the chunked path here (and so do
     // the AVX-512 ones).
-    assert_avx2_has!(tile_prefetch);
+    assert_avx2_has!(tile_prefetches);
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(93);
         let (ch, kc, nr) = (loops::FEW_ROWS_CHUNK, T::KC_MAX, T::NR);
         for k in [ch - 1, ch + 1, 2 * ch + 5, kc, 2 * kc + ch + 3] {
             for m in [1usize, 4, 6, 7, 8, 12, 13, 24, 31, 36, 37] {
-                let n = if m % 2 == 0 { 9 * nr + 5 } else { 2 * nr - 3 };
+                let n = if m.is_multiple_of(2) {
+                    9 * nr + 5
+                } else {
+                    2 * nr - 3
+                };
                 check_packed_product::<T>(&mut rng, m, k, n);
             }
         }
@@ -1249,7 +1245,7 @@ fn few_rows_in_depth_chunks_match_reference() {
 #[test]
 fn row_tiles_prefetching_the_next_group_match_reference() {
     // Not a vacuous test where AVX2 runs: its kernels take the prefetching path here.
-    assert_avx2_has!(tile_prefetch);
+    assert_avx2_has!(tile_prefetches);
     fn check<T: GemmElement>() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(57);
         let (kc, nr) = (T::KC_MAX, T::NR);

@@ -8,9 +8,36 @@
 //! assume (read from sysfs otherwise). They change speed
 //! only: the exactness contract makes every result independent of the block sizes.
 
-use super::loops::{B_CHUNK_BYTES, MC, NC_PANELS, ROW_QUANTUM};
-use crate::Element;
+use crate::formats::StorageFormat;
 use std::sync::OnceLock;
+
+/// Rows of A handled by one work item (a multiple of every family's MR, which divides 12).
+pub const MC: usize = 192;
+
+/// Panels of B (of NR columns) in one column group: a group's C tile (MC x 8 NR) stays in L2
+/// while it goes through every depth block (a multiple of 4 for the wide kernel).
+pub const NC_PANELS: usize = 8;
+
+/// Packed B spanned by one column chunk when several row blocks go through a B of more than
+/// four times this (a B that does not stay in the L3 cache, such as the LM head's): the row
+/// blocks of a chunk run one after the other (two threads side by side), so the chunk is read
+/// from memory once and then from the L3 cache, instead of once per row block.
+pub const B_CHUNK_BYTES: usize = 4 << 20;
+
+/// Tiles are shared out in row blocks of whole groups of this many rows.
+pub const ROW_QUANTUM: usize = 12;
+
+/// Products below this many multiply-adds run on the calling thread alone.
+pub const PARALLEL_MIN_FLOPS: f64 = 262_144.0;
+
+/// Bytes of one slab of B packed for a product with `Rhs::PackHere` (see `pack_by_slabs`):
+/// half of a 2 MiB L2 cache.
+pub const SLAB_BYTES: usize = 1 << 20;
+
+/// Whether an (m x k) by (k x n) product is large enough to run on every thread.
+pub fn runs_on_every_thread(m: usize, k: usize, n: usize) -> bool {
+    m as f64 * k as f64 * n as f64 >= PARALLEL_MIN_FLOPS
+}
 
 fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name)
@@ -21,11 +48,11 @@ fn env_usize(name: &str) -> Option<usize> {
         .filter(|&v| v > 0)
 }
 
-/// Largest depth block for type T.
-pub fn kc_max<T: Element>() -> usize {
+/// Largest depth block of B holding `W` values.
+pub fn kc_max<W: StorageFormat>() -> usize {
     static KC: OnceLock<Option<usize>> = OnceLock::new();
     KC.get_or_init(|| env_usize("GPTCORE_KC"))
-        .unwrap_or(T::KC_MAX)
+        .unwrap_or(W::PANEL_KC_MAX)
 }
 
 /// Rows of A per work item.
@@ -76,7 +103,7 @@ pub fn slab_bytes() -> usize {
     *S.get_or_init(|| {
         env_usize("GPTCORE_SLAB_KIB")
             .map(|v| v << 10)
-            .unwrap_or(super::SLAB_BYTES)
+            .unwrap_or(SLAB_BYTES)
     })
 }
 

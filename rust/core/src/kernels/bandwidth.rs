@@ -6,10 +6,9 @@
 //! the pace.
 //!
 //! Benchmarks divide by this rate where a step must read every weight (decode, one-row
-//! products). A library's own reduction is a lower bound of it only: on the 2-core AMD EPYC of
-//! family 26 (Zen 5), one thread of numpy's float32 `dot` read 27-30 GB/s, held by its FMA
-//! chain (a float sum carries a dependency from step to step), where gptcore's one-row products
-//! stream at 36-41 GB/s.
+//! products). A library's own reduction is a lower bound of it only: a float sum carries a
+//! dependency from step to step, which can hold it below what the memory delivers (and below
+//! gptcore's one-row products).
 
 use super::Kernel;
 use crate::memory::try_zeroed;
@@ -19,10 +18,8 @@ use std::time::Instant;
 /// Independent 32-bit lanes of the sum: 128 bytes a step, two cache lines.
 pub const LANES: usize = 32;
 
-/// How far ahead (in values: 4 KiB) each step asks for the two cache lines it will read. On the
-/// 2-core AMD EPYC of family 26 (Zen 5), one thread read 35 GB/s with the hardware prefetcher
-/// alone, 35 / 38 / 41 / 40 GB/s fetching 256 / 512 / 1024 / 2048 values ahead (two threads
-/// 49-51 and 51-52 GB/s at every distance).
+/// How far ahead (in values: 4 KiB) each step asks for the two cache lines it will read: fetching
+/// ahead hides the latency the hardware prefetcher alone leaves one thread exposed to.
 pub const AHEAD: usize = 1024;
 
 /// The wrapping sum of the bits of `values`, lane `i % LANES` taking value `i`, the lanes

@@ -5,42 +5,80 @@
 //! (if the CPU has it).
 //! What each family needs of the CPU is the family's own business (`Family::supported`).
 
+use super::contract::GemmKernels;
+use super::family::Family;
+use super::portable;
+use super::probe::Probe;
+use crate::formats::{for_each_stored_format, WidensTo};
+use crate::Element;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kernel {
-    Avx512,
-    Avx2,
-    Neon,
-    Portable,
+/// Makes [`Kernel`] (a variant per family, in the table's order of preference, with its name
+/// and whether it is built for this architecture) and `with_family!` from the table of
+/// families below. `$d` is a `$` for the inner macro's own variables.
+macro_rules! families {
+    ($d:tt $($variant:ident, $name:literal, $family:path, $built:meta;)+) => {
+        /// A kernel family (see [`crate::kernels`]).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Kernel {
+            $($variant),+
+        }
+
+        impl Kernel {
+            /// Every family, best first.
+            pub const ALL: [Kernel; [$($name),+].len()] = [$(Kernel::$variant),+];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Kernel::$variant => $name),+
+                }
+            }
+
+            /// Whether the family is compiled for this architecture.
+            pub fn built(self) -> bool {
+                match self {
+                    $(Kernel::$variant => cfg!($built)),+
+                }
+            }
+        }
+
+        /// Calls `$body` with `$F` bound to the family type of kernel `$k`.
+        macro_rules! with_family {
+            ($d k:expr, $d F:ident => $d body:expr) => {
+                match $d k {
+                    $(
+                        #[cfg($built)]
+                        Kernel::$variant => {
+                            type $d F = $family;
+                            $d body
+                        }
+                    )+
+                    // The families not built for this architecture (never supported).
+                    #[allow(unreachable_patterns)]
+                    _ => {
+                        type $d F = portable::Portable;
+                        $d body
+                    }
+                }
+            };
+        }
+    };
+}
+
+// The kernel families, best first: variant, name (`GPTCORE_KERNEL`, `set_kernel`), the
+// family's type, and where it is built.
+families! { $
+    Avx512, "avx512", super::avx512::Avx512, target_arch = "x86_64";
+    Avx2, "avx2", super::avx2::Avx2, target_arch = "x86_64";
+    Neon, "neon", super::neon::Neon, target_arch = "aarch64";
+    Portable, "portable", super::portable::Portable, all();
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 4] = [Kernel::Avx512, Kernel::Avx2, Kernel::Neon, Kernel::Portable];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernel::Avx512 => "avx512",
-            Kernel::Avx2 => "avx2",
-            Kernel::Neon => "neon",
-            Kernel::Portable => "portable",
-        }
-    }
-
     pub fn from_name(s: &str) -> Option<Kernel> {
         Kernel::ALL
             .into_iter()
             .find(|k| k.name() == s.trim().to_ascii_lowercase())
-    }
-
-    /// Whether the kernel is compiled for this architecture (x86-64: avx512, avx2; aarch64:
-    /// neon; portable everywhere).
-    pub fn built(self) -> bool {
-        match self {
-            Kernel::Avx512 | Kernel::Avx2 => cfg!(target_arch = "x86_64"),
-            Kernel::Neon => cfg!(target_arch = "aarch64"),
-            Kernel::Portable => true,
-        }
     }
 
     /// Whether this CPU can run the kernel.
@@ -48,23 +86,18 @@ impl Kernel {
         self.built() && self.family_supported()
     }
 
+    /// The kernel as [`ACTIVE`] holds it: its place in [`Kernel::ALL`], from 1 (0: none yet).
     fn code(self) -> u8 {
-        match self {
-            Kernel::Avx512 => 1,
-            Kernel::Avx2 => 2,
-            Kernel::Portable => 3,
-            Kernel::Neon => 4,
-        }
+        Kernel::ALL
+            .iter()
+            .position(|&k| k == self)
+            .map_or(0, |i| i as u8 + 1)
     }
 
     fn from_code(c: u8) -> Option<Kernel> {
-        match c {
-            1 => Some(Kernel::Avx512),
-            2 => Some(Kernel::Avx2),
-            3 => Some(Kernel::Portable),
-            4 => Some(Kernel::Neon),
-            _ => None,
-        }
+        (c as usize)
+            .checked_sub(1)
+            .and_then(|i| Kernel::ALL.get(i).copied())
     }
 }
 
@@ -118,4 +151,135 @@ pub fn set_kernel(k: Option<Kernel>) -> crate::Result<Kernel> {
     };
     ACTIVE.store(k.code(), Ordering::Relaxed);
     Ok(k)
+}
+
+/// Kernel `k`'s FMA probe ([`super::peak`]), float64 when `double`.
+///
+/// # Safety
+/// The CPU supports `k`.
+pub(super) unsafe fn fma_probe(k: Kernel, double: bool, rounds: usize) -> Probe {
+    with_family!(k, F => if double { F::fma_probe_f64(rounds) } else { F::fma_probe_f32(rounds) })
+}
+
+impl Kernel {
+    /// Runs `f` compiled for this family's instructions (plain code where the CPU lacks them:
+    /// the bits are the same either way, only the speed differs). `f` should call
+    /// `#[inline(always)]` code so that it is compiled inside the family's context.
+    #[inline(always)]
+    pub fn vectorized<R>(self, f: impl FnOnce() -> R) -> R {
+        if !self.supported() {
+            return f();
+        }
+        // SAFETY: checked just above.
+        with_family!(self, F => unsafe { F::vectorized(f) })
+    }
+
+    fn family_supported(self) -> bool {
+        with_family!(self, F => F::supported())
+    }
+
+    /// Whether B panels packed for this kernel are stored as two halves where the value type
+    /// allows them (float32, float64): see [`crate::gemm::PackedB`].
+    pub fn half_panels(self) -> bool {
+        with_family!(self, F => F::HALF_PANELS)
+    }
+}
+
+/// Per-type table of the kernels.
+pub trait HasKernels: Element {
+    fn gemm_kernels(k: Kernel) -> GemmKernels<Self>;
+    /// The portable kernels against B stored as `W`: what every family runs for a format it
+    /// has no kernels of its own for (and, for a format not yet registered, the kernels to
+    /// give it).
+    fn portable_kernels<W: WidensTo<Self>>() -> GemmKernels<Self, W>;
+}
+
+impl HasKernels for f32 {
+    fn gemm_kernels(k: Kernel) -> GemmKernels<f32> {
+        with_family!(k, F => F::gemm_f32())
+    }
+    fn portable_kernels<W: WidensTo<f32>>() -> GemmKernels<f32, W> {
+        portable::stored_kernels()
+    }
+}
+
+impl HasKernels for f64 {
+    fn gemm_kernels(k: Kernel) -> GemmKernels<f64> {
+        with_family!(k, F => F::gemm_f64())
+    }
+    fn portable_kernels<W: WidensTo<f64>>() -> GemmKernels<f64, W> {
+        portable::stored_kernels()
+    }
+}
+
+/// The kernels for A and C of type `Self` against a B holding `W` (every family: the
+/// portable ones where a family has none of its own).
+pub trait KernelsFor<W>: Element {
+    fn kernels_for(k: Kernel) -> GemmKernels<Self, W>;
+}
+
+impl<T: HasKernels> KernelsFor<T> for T {
+    #[inline]
+    fn kernels_for(k: Kernel) -> GemmKernels<T, T> {
+        T::gemm_kernels(k)
+    }
+}
+
+/// Each stored format (see [`crate::formats`]): float32 against it with the family's kernels
+/// for it, float64 against it with the portable ones (the decoder's float64 reference path
+/// with stored weights: exact, not tuned).
+macro_rules! kernels_for_stored_formats {
+    ($($W:ty => $method:ident),* $(,)?) => {
+        $(
+            impl KernelsFor<$W> for f32 {
+                fn kernels_for(k: Kernel) -> GemmKernels<f32, $W> {
+                    with_family!(k, F => F::$method())
+                }
+            }
+
+            impl KernelsFor<$W> for f64 {
+                fn kernels_for(_: Kernel) -> GemmKernels<f64, $W> {
+                    portable::stored_kernels::<f64, $W>()
+                }
+            }
+        )*
+
+        /// The compute types, which have kernels against B in every stored format.
+        pub trait KernelsForStored: Element $(+ KernelsFor<$W>)* {}
+    };
+}
+
+for_each_stored_format!(kernels_for_stored_formats);
+impl KernelsForStored for f32 {}
+impl KernelsForStored for f64 {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table's families have distinct names and codes that lead back to them; the portable
+    /// family is built everywhere, and what is built here is what this architecture compiles.
+    #[test]
+    fn the_family_table_names_every_kernel_once() {
+        assert_eq!(Kernel::from_code(0), None);
+        for (i, k) in Kernel::ALL.into_iter().enumerate() {
+            assert_eq!(Kernel::from_code(k.code()), Some(k));
+            assert_eq!(Kernel::from_name(k.name()), Some(k));
+            assert_eq!(Kernel::from_name(&k.name().to_uppercase()), Some(k));
+            assert!(Kernel::ALL[..i].iter().all(|o| o.name() != k.name()));
+        }
+        assert_eq!(Kernel::from_code(Kernel::ALL.len() as u8 + 1), None);
+        assert_eq!(Kernel::from_name("sse2"), None);
+        let built: Vec<&str> = Kernel::ALL
+            .iter()
+            .filter(|k| k.built())
+            .map(|k| k.name())
+            .collect();
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(built, ["avx512", "avx2", "portable"]);
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(built, ["neon", "portable"]);
+        assert_eq!(*Kernel::ALL.last().unwrap(), Kernel::Portable);
+        assert!(Kernel::Portable.supported());
+    }
 }

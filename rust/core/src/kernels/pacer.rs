@@ -1,5 +1,5 @@
 //! The paced prefetch of the x86-64 prefetching tile kernels: over a tile's depth steps, a
-//! run of cache lines (the packed B the loops read next, see [`super::TilePrefetchFn`]) is
+//! run of cache lines (the packed B the loops read next, see [`super::TileAux`]) is
 //! fetched into L2 one line at a time, at an even pace, beside the arithmetic.
 
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};

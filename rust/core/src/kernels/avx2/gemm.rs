@@ -4,19 +4,13 @@
 //!   the shape of BLIS's Haswell kernels. The shared packed B panel (NR = 32 f32 / 16 f64
 //!   columns, stored as two k-major halves) is taken half after half, each through the whole
 //!   depth block, reading the half's values in sequence; the A micro-panel (6 values per depth
-//!   step) is read once per half, from L1.
-//!   Measured against the earlier 3 rows x 4 vectors (a whole panel per pass) and 4 x 2
-//!   (AVX2 path forced on the 2-core Xeon with AVX-512, one thread, loaded machine, GFLOP/s
-//!   6x2 / 3x4 / 4x2): f32 256x768x2304 54 / 40 / 48, 1024x768x3072 66 / 44 / 62,
-//!   1024x3072x768 57 / 38 / 40; f64 256x768x2304 35 / 22 / 27, 1024x768x3072 36 / 23 / 29.
-//!   In cache (one 6-row A panel against 8 packed panels, best of 2000 runs) it does 82-87
-//!   GFLOP/s f32 and 39-44 f64 on that machine, about its AVX2 FMA peak.
-//! - Prefetching tile kernel (`kernel_prefetch`, every row block against packed B): the tile
-//!   kernel, prefetching a given run of cache lines into L2 at an even pace over its depth
-//!   steps (the loops hand each row tile a slice of the packed B read next, see
-//!   `gemm::loops::Ahead` and `gemm::loops::few_rows_in_chunks`).
-//! - Copying tile kernel (`kernel_copy`): the tile kernel storing the B panel it reads into a
-//!   packed copy, for B read in place (the other row tiles read the copy).
+//!   step) is read once per half, from L1. In cache it runs near the AVX2 FMA peak (3 x 4 and
+//!   4 x 2 tiles ran well below it).
+//!   With a prefetch run in its auxiliary arguments, the tile kernel also fetches it into L2 at
+//!   an even pace over its depth steps (the loops hand each row tile a slice of the packed B
+//!   read next, see `gemm::loops::Ahead` and `gemm::loops::few_rows_in_chunks`); with a copy
+//!   destination, it stores the B panel it reads there as a packed copy, for B read in place
+//!   (the other row tiles read the copy).
 //! - Wide kernel (1 to 3 rows against 4 consecutive panels): the 16 vectors per row are
 //!   taken in groups of as many as the 12 accumulators allow (1 row: 8, 2 rows: 6, 3 rows: 4).
 //! - Stream kernel (1 to 8 rows against B read in place along whole rows): as in the AVX-512
@@ -26,10 +20,7 @@
 //! `gemm_reference`. Column edges use `vmaskmov` loads and stores; whole vectors plain ones
 //! (`vmaskmov` stores are slow on AMD cores).
 
-// The kernels take the tile's pointers, strides and sizes one by one, as the KernelFn /
-// WideFn / StreamFn signatures do.
-#![allow(clippy::too_many_arguments)]
-
+use crate::kernels::contract::{by_rows, BPanel, CTile, StreamArgs, TileArgs, TileAux, WideArgs};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -38,33 +29,16 @@ pub const MR_F64: usize = 6;
 
 /// Prefetch distance (depth steps) for B read in place by the tile kernel: each step is another
 /// row of B, so the distance is all that hides memory's latency from the row tile that reads
-/// (and copies) the panels first. On the 2-core AMD EPYC (Zen 4), 64 x 768 x 3072 / 64 x 3072 x
-/// 768 / 64 x 768 x 768 / 32 and 48 x 768 x 2304 (per-round ratios against 16 in one process,
-/// medians of 9-11, two runs): float32 1.03-1.07 / 1.03 / 1.04-1.11 / 1.06-1.08 / 1.08, float64
-/// 1.04-1.06 / 1.00-1.04 / 1.03-1.05 / 1.06 / 1.02-1.04 on one thread, 1.01-1.11 on two; 24, 40
-/// and 48 steps about the same, 96 less. (The AVX-512 tile, one pass a panel, gained nothing.)
+/// (and copies) the panels first.
 const PF_B: usize = 32;
 /// Prefetch distance (depth steps) for packed B panels in the tile kernel: 48 steps = 6 KiB of
-/// the panel. With the AVX2 path forced on the 2-core Sapphire Rapids Xeon (one thread, thread
-/// CPU time, alternating processes), 32 steps gave +2-5 % on 1024x3072x768, 64x768x3072 and
-/// 256x768x50257 against none (71-73 -> 73-75, 70-72 -> 73-75, 66-72 -> 74-76 GFLOP/s). On the
-/// 2-core AMD EPYC (Zen 4), exactly 4 KiB ahead was the worst distance near it: against 32
-/// steps (per-round ratios in one process, medians of 9-11), 16, 24, 40 and 48 steps all ran
-/// 1-3 % faster on 64, 256 and 1024-row products, float32 and float64, one and two threads,
-/// while a second run of 32 read 0.99-1.00; 48 also 1.02-1.04 on the LM head's 768 x 50257,
-/// and 0.99-1.00 on 12 and 24 rows. (The AVX-512 tile, which reads a step in one pass, showed no
-/// such dip at 32.)
+/// the panel (not 32, exactly 4 KiB ahead, which some cores handle worst).
 const PF_B_PACKED: usize = 48;
 /// Prefetch distance (depth steps) for B read in place by the wide kernel.
 const PF_WIDE: usize = 8;
 /// Prefetch distance (depth steps, into L2) for packed half panels in the wide kernel's
 /// three-row passes, which read a panel's two halves side by side: 64 steps = 4 KiB of each
-/// half. On the 2-core AMD EPYC (Zen 4), one thread, 3 x 768 x 3072 from memory (24 float32 or
-/// 12 float64 matrices): against no prefetch 1.07-1.25 x (96 steps 1.09-1.13 x); against
-/// panels stored step by step still 0.85-0.90 x in float32 (0.81-0.85 x without it), and
-/// 0.94-0.96 x from L2 or L3 (two instructions more a step). Prefetching into L1 16 or 48
-/// steps ahead had not helped; the same prefetch in the one-row and two-row passes (four and
-/// three halves side by side) ran 0.97 and 1.03 x.
+/// half: three rows read from memory wait on the two halves' streams otherwise.
 const PF_WIDE_HALVES: usize = 64;
 
 macro_rules! avx2_impl {
@@ -114,7 +88,7 @@ macro_rules! avx2_impl {
                 _mm256_loadu_si256(MASKS.as_ptr().add(L - live.min(L)) as *const __m256i)
             }
 
-            /// `M` rows x `V` vectors of C (`cols` <= V L live columns) over `kc` depth steps;
+            /// `M` rows x `V` vectors of C (`t.cols` <= V L live columns) over `t.kc` depth steps;
             /// A has `MRS` values per depth step. `COPY`: each step's B vectors are also stored
             /// to `dst` (NR values a step). `PF`: every `every` (> 0) steps, one more cache line
             /// from `pf` on is prefetched into L2.
@@ -126,19 +100,14 @@ macro_rules! avx2_impl {
                 const COPY: bool,
                 const PF: bool,
             >(
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
+                t: &TileArgs<$T, $T>,
                 dst: *mut $T,
-                pf: *const $T,
+                pf: *const u8,
                 every: usize,
             ) {
+                let TileArgs { cols, kc, a, accumulate, .. } = *t;
+                let (b, ldb, hoff) = (t.b.ptr, t.b.ldb, t.b.hoff);
+                let (c, ldc) = (t.c.ptr, t.c.ldc);
                 let full = cols >= V * L;
                 let mut acc = [[$zero(); V]; M];
                 if accumulate {
@@ -167,16 +136,9 @@ macro_rules! avx2_impl {
                 // lines are aligned, so a strip of at most two vectors reads one line a step.
                 //
                 // A step of the 6 x 16 strip is 12 FMAs and 8 loads (2 of B, 6 broadcasts of
-                // A); with its two prefetches and loop control the compiled loop was about 26
-                // instructions for 6 cycles of FMAs, over 4 a cycle, near what the core's front
-                // end issues. The AVX-512 tile needs
-                // under 2 a cycle for the same FMA rate. On the 2-core AMD EPYC (Zen 4, a VM),
-                // whose AVX2 rate varied from minute to minute (75-107 GFLOP/s in cache, where the
-                // AVX-512 tile's stayed at 100-110), two steps an iteration and one prefetch a
-                // step (there were two) gave, against the build before (call by call, packed B):
-                // 256 x 768 x 3072, 256 x 3072 x 768 float32 1.00-1.08 x on one thread and
-                // 1.02-1.07 x on two, 1024 x 768 x 2304 1.00-1.05 x, float64 1.04-1.12 x; 4 to
-                // 24 rows 0.93-1.06 x (noise); the larger gains in the busier minutes.
+                // A); with a prefetch and loop control it is over 4 instructions a cycle at the
+                // FMA rate, near what a core's front end issues: hence two steps an iteration
+                // and one prefetch a step for a packed strip (below).
                 let mut step = |two_lines: bool| {
                     if PF {
                         pacer.step();
@@ -244,20 +206,13 @@ macro_rules! avx2_impl {
             /// share (a strip with no live column does not run, and its share is not fetched).
             #[inline(always)]
             unsafe fn strips<const V: usize, const MRS: usize, const COPY: bool, const PF: bool>(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
+                t: &TileArgs<$T, $T>,
                 dst: *mut $T,
-                pf: *const $T,
+                pf: *const u8,
                 pf_lines: usize,
             ) {
+                let TileArgs { rows, cols, kc, .. } = *t;
+                let BPanel { ptr: b, ldb, hoff } = t.b;
                 let w = V * L;
                 // `PF`: strip j / w prefetches share j / w of the lines, at most one a step,
                 // spread evenly over its steps.
@@ -279,202 +234,84 @@ macro_rules! avx2_impl {
                         j += w;
                         continue;
                     }
-                    let cw = (cols - j).min(w);
-                    let cj = c.add(j);
+                    // The strip: columns j .. j + w of the tile.
+                    let strip = TileArgs {
+                        cols: (cols - j).min(w),
+                        b: BPanel { ptr: bj, ..t.b },
+                        c: CTile {
+                            ptr: t.c.ptr.add(j),
+                            ..t.c
+                        },
+                        ..*t
+                    };
                     let dj = dst.wrapping_add(j);
                     let pfj = Pacer::line(pf, (j / w) * share);
-                    macro_rules! go {
-                        ($m:literal) => {
-                            if PF && every > 0 {
-                                tile::<$m, V, MRS, COPY, true>(
-                                    cw, kc, a, bj, ldb, hoff, cj, ldc, accumulate, dj, pfj, every,
-                                )
-                            } else {
-                                tile::<$m, V, MRS, COPY, false>(
-                                    cw, kc, a, bj, ldb, hoff, cj, ldc, accumulate, dj, pfj, 0,
-                                )
-                            }
-                        };
-                    }
-                    match rows {
-                        1 => go!(1),
-                        2 => go!(2),
-                        3 => go!(3),
-                        4 if MRS >= 4 => go!(4),
-                        5 if MRS >= 5 => go!(5),
-                        6 if MRS >= 6 => go!(6),
-                        _ => {}
-                    }
+                    by_rows!(rows, [1, 2, 3, 4, 5, 6], R => {
+                        if PF && every > 0 {
+                            tile::<R, V, MRS, COPY, true>(&strip, dj, pfj, every)
+                        } else {
+                            tile::<R, V, MRS, COPY, false>(&strip, dj, pfj, 0)
+                        }
+                    });
                     j += w;
                 }
             }
 
-            /// The tile kernel.
+            /// The tile kernel: the panel in strips of half a panel (from 4 rows) or a whole
+            /// one (1 to 3 rows), each strip through the whole depth block.
+            ///
+            /// With a prefetch run in `aux`, the strips also fetch its lines into L2, each
+            /// strip an equal consecutive share, spread evenly over its depth steps, at most one
+            /// a step.
+            ///
+            /// With a copy destination in `aux`, every strip also stores the B values it loads
+            /// there, NR values a step (including the strips with no live column of C): for B
+            /// read in place with rows a multiple of 2 KiB apart (their steps share one or two
+            /// L1 sets, so with half-panel passes no row tile finds the panel in L1 and each
+            /// reads it from L2), the loops have a row block's first tile copy each panel, and
+            /// the others read the copy. Copying for every row stride cost speed where the rows
+            /// spread over four or more sets.
             ///
             /// # Safety
-            /// The CPU supports AVX2 and FMA; `a` holds `kc * MR` values; `b` holds `kc` rows
-            /// of NR readable values `ldb` apart; C has `rows` (<= MR) rows of `cols` writable
-            /// values `ldc` apart.
-            pub unsafe fn kernel(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
-            ) {
-                strips_for::<false, false>(
-                    rows,
-                    cols,
-                    kc,
-                    a,
-                    b,
-                    ldb,
-                    hoff,
-                    c,
-                    ldc,
-                    accumulate,
-                    std::ptr::null_mut(),
-                    std::ptr::null(),
-                    0,
-                )
-            }
-
-            /// The tile kernel that also prefetches `pf_lines` cache lines from `pf` on into
-            /// L2, spread evenly over the depth steps of its passes over the panel (two
-            /// half-panel passes from 4 rows, one whole-panel pass below), at most one a step:
-            /// see [`crate::kernels::TilePrefetchFn`].
-            ///
-            /// # Safety
-            /// As for `kernel`; `pf` may point anywhere (prefetches do not fault and it is
-            /// never read).
-            pub unsafe fn kernel_prefetch(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
-                pf: *const $T,
-                pf_lines: usize,
-            ) {
-                strips_for::<false, true>(
-                    rows,
-                    cols,
-                    kc,
-                    a,
-                    b,
-                    ldb,
-                    hoff,
-                    c,
-                    ldc,
-                    accumulate,
-                    std::ptr::null_mut(),
-                    pf,
-                    pf_lines,
-                )
-            }
-
-            /// The strips a tile of `rows` rows takes (`COPY`, `PF`: as for `strips`).
-            #[inline(always)]
-            unsafe fn strips_for<const COPY: bool, const PF: bool>(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
-                dst: *mut $T,
-                pf: *const $T,
-                pf_lines: usize,
-            ) {
-                if rows <= 3 {
-                    // Few rows (the last tile of a row block, T = 1 to 3): the whole panel per
-                    // pass, so that there are 4 to 12 accumulator chains rather than 2 to 6
-                    // (two FMA pipes of latency 4 need 8 to stay busy).
-                    strips::<4, { $MR }, COPY, PF>(
-                        rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, dst, pf, pf_lines,
-                    )
-                } else {
-                    strips::<2, { $MR }, COPY, PF>(
-                        rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, dst, pf, pf_lines,
-                    )
+            /// The CPU supports AVX2 and FMA; `t` describes a tile of at most MR rows (see
+            /// [`crate::kernels::TileArgs`]); a copy destination has room for `kc * NR`
+            /// values and overlaps nothing else; the prefetch run may point anywhere
+            /// (prefetches do not fault and it is never read).
+            pub unsafe fn kernel(t: &TileArgs<$T, $T>, aux: &TileAux<$T>) {
+                match (aux.copy_to, aux.prefetch) {
+                    (Some(dst), _) => strips_for::<true, false>(t, dst, std::ptr::null(), 0),
+                    (None, Some(run)) => strips_for::<false, true>(t, std::ptr::null_mut(), run.ptr, run.lines),
+                    (None, None) => strips_for::<false, false>(t, std::ptr::null_mut(), std::ptr::null(), 0),
                 }
             }
 
-            /// The tile kernel that also copies the B panel it reads, all NR values of each of
-            /// its `kc` steps, into `dst` (packed, NR values a step) as it loads them: see
-            /// [`crate::kernels::TileCopyFn`]. For B read in place with rows a multiple of 2 KiB
-            /// apart (their steps share one or two L1 sets, so with half-panel passes no row
-            /// tile finds the panel in L1 and each reads it from L2), the loops run it for a row
-            /// block's first tile, and the others read the copy. With the AVX2 path forced on the 2-core Sapphire Rapids Xeon against
-            /// OpenBLAS's Haswell kernels (gptcore/numpy, medians of 5-9 samples alternating
-            /// in one process, one thread unless said): 32 / 64 x 768 x 3072 float32 0.76-0.83
-            /// / 0.88-0.96 -> 0.91-0.96 / 0.98-1.00, float64 0.71-0.74 / 0.72-0.76 -> 0.86-0.94 /
-            /// 0.83-0.95; two threads 64 x 768 x 3072 float32 0.85 -> 1.08, float64 0.69 ->
-            /// 0.97; 64 x 768 x 1536 float32 0.86 -> 0.99; 64 x 768 x 512 float64 0.72 -> 0.93;
-            /// 16 rows unchanged within the noise. Copying for every row stride lost up to 15 %
-            /// where the rows spread over four or more sets.
-            ///
-            /// # Safety
-            /// As for `kernel`; `dst` has room for `kc * NR` values and overlaps nothing else.
-            pub unsafe fn kernel_copy(
-                rows: usize,
-                cols: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
+            /// The strips a tile of `t.rows` rows takes (`COPY`, `PF`: as for `strips`).
+            #[inline(always)]
+            unsafe fn strips_for<const COPY: bool, const PF: bool>(
+                t: &TileArgs<$T, $T>,
                 dst: *mut $T,
+                pf: *const u8,
+                pf_lines: usize,
             ) {
-                strips_for::<true, false>(
-                    rows,
-                    cols,
-                    kc,
-                    a,
-                    b,
-                    ldb,
-                    hoff,
-                    c,
-                    ldc,
-                    accumulate,
-                    dst,
-                    std::ptr::null(),
-                    0,
-                )
+                if t.rows <= 3 {
+                    // Few rows (the last tile of a row block, T = 1 to 3): the whole panel per
+                    // pass, so that there are 4 to 12 accumulator chains rather than 2 to 6
+                    // (two FMA pipes of latency 4 need 8 to stay busy).
+                    strips::<4, { $MR }, COPY, PF>(t, dst, pf, pf_lines)
+                } else {
+                    strips::<2, { $MR }, COPY, PF>(t, dst, pf, pf_lines)
+                }
             }
 
             /// `G` consecutive vectors (from vector `V0`, vector v being columns v L .. v L + L
             /// of the four panels side by side) of `M` rows through the depth block.
             #[target_feature(enable = "avx2,fma")]
             unsafe fn wide_group<const M: usize, const G: usize, const V0: usize>(
-                cols_last: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                bstride: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
+                w: &WideArgs<$T, $T>,
             ) {
+                let WideArgs { cols_last, kc, a, bstride, accumulate, .. } = *w;
+                let (b, ldb, hoff) = (w.b.ptr, w.b.ldb, w.b.hoff);
+                let (c, ldc) = (w.c.ptr, w.c.ldc);
                 // Live columns of vector v: whole vectors in the first three panels, the
                 // last panel's `cols_last` columns after that.
                 let live = |v: usize| {
@@ -541,48 +378,30 @@ macro_rules! avx2_impl {
                 }
             }
 
+            /// The wide kernel: the 16 vectors a row of the four panels side by side, in
+            /// groups of as many as the 12 accumulators hold (1 row: 8, 2 rows: 6, 3 rows: 4).
+            ///
             /// # Safety
-            /// As for the tile kernel, with 4 B panels `bstride` values apart (the last one
-            /// with `cols_last` live columns, each step `ldb` values after the one before) and
-            /// C `rows` x (3 NR + cols_last); rows <= 3.
-            pub unsafe fn wide(
-                rows: usize,
-                cols_last: usize,
-                kc: usize,
-                a: *const $T,
-                b: *const $T,
-                ldb: usize,
-                hoff: usize,
-                bstride: usize,
-                c: *mut $T,
-                ldc: usize,
-                accumulate: bool,
-            ) {
-                macro_rules! group {
-                    ($m:literal, $g:literal, $v0:literal) => {
-                        wide_group::<$m, $g, $v0>(
-                            cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate,
-                        )
-                    };
-                }
-                match rows {
+            /// The CPU supports AVX2 and FMA; `w` describes a wide call of 1 to 3 rows (see
+            /// [`crate::kernels::WideArgs`]).
+            pub unsafe fn wide(w: &WideArgs<$T, $T>) {
+                by_rows!(w.rows, [1, 2, 3], R => match R {
                     1 => {
-                        group!(1, 8, 0);
-                        group!(1, 8, 8);
+                        wide_group::<R, 8, 0>(w);
+                        wide_group::<R, 8, 8>(w);
                     }
                     2 => {
-                        group!(2, 6, 0);
-                        group!(2, 6, 6);
-                        group!(2, 4, 12);
+                        wide_group::<R, 6, 0>(w);
+                        wide_group::<R, 6, 6>(w);
+                        wide_group::<R, 4, 12>(w);
                     }
-                    3 => {
-                        group!(3, 4, 0);
-                        group!(3, 4, 4);
-                        group!(3, 4, 8);
-                        group!(3, 4, 12);
+                    _ => {
+                        wide_group::<R, 4, 0>(w);
+                        wide_group::<R, 4, 4>(w);
+                        wide_group::<R, 4, 8>(w);
+                        wide_group::<R, 4, 12>(w);
                     }
-                    _ => {}
-                }
+                })
             }
 
             /// Few rows of A against B read in place along its whole rows: C kept in memory,
@@ -590,16 +409,9 @@ macro_rules! avx2_impl {
             /// sequential streams). Per element the chain `c = fma(a[k], b[k][j], c)`, k
             /// ascending from a zero C.
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn stream_rows<const M: usize>(
-                cols: usize,
-                k: usize,
-                a: *const $T,
-                lda: usize,
-                b: *const $T,
-                ldb: usize,
-                c: *mut $T,
-                ldc: usize,
-            ) {
+            unsafe fn stream_rows<const M: usize>(s: &StreamArgs<$T, $T>) {
+                let StreamArgs { cols, k, a, lda, b, ldb, .. } = *s;
+                let (c, ldc) = (s.c.ptr, s.c.ldc);
                 let nfull = cols / L;
                 let tail = cols % L;
                 let tmask = lane_mask(tail);
@@ -678,36 +490,10 @@ macro_rules! avx2_impl {
             }
 
             /// # Safety
-            /// The CPU supports AVX2 and FMA; A has `rows` (1 to 8) rows of `k` values `lda`
-            /// apart, B `k` rows of `cols` readable values `ldb` apart, C `rows` rows of
-            /// `cols` writable values `ldc` apart.
-            pub unsafe fn stream(
-                rows: usize,
-                cols: usize,
-                k: usize,
-                a: *const $T,
-                lda: usize,
-                b: *const $T,
-                ldb: usize,
-                c: *mut $T,
-                ldc: usize,
-            ) {
-                macro_rules! go {
-                    ($m:literal) => {
-                        stream_rows::<$m>(cols, k, a, lda, b, ldb, c, ldc)
-                    };
-                }
-                match rows {
-                    8 => go!(8),
-                    7 => go!(7),
-                    6 => go!(6),
-                    5 => go!(5),
-                    4 => go!(4),
-                    3 => go!(3),
-                    2 => go!(2),
-                    1 => go!(1),
-                    _ => {}
-                }
+            /// The CPU supports AVX2 and FMA; `s` describes a stream product of 1 to 8 rows
+            /// (see [`crate::kernels::StreamArgs`]).
+            pub unsafe fn stream(s: &StreamArgs<$T, $T>) {
+                by_rows!(s.rows, [8, 7, 6, 5, 4, 3, 2, 1], R => stream_rows::<R>(s))
             }
         }
     };
@@ -742,11 +528,5 @@ avx2_impl!(
     _mm256_fmadd_pd
 );
 
-pub use f32k::{
-    kernel as kernel_f32, kernel_copy as kernel_copy_f32, kernel_prefetch as kernel_prefetch_f32,
-    stream as stream_f32, wide as wide_f32,
-};
-pub use f64k::{
-    kernel as kernel_f64, kernel_copy as kernel_copy_f64, kernel_prefetch as kernel_prefetch_f64,
-    stream as stream_f64, wide as wide_f64,
-};
+pub use f32k::{kernel as kernel_f32, stream as stream_f32, wide as wide_f32};
+pub use f64k::{kernel as kernel_f64, stream as stream_f64, wide as wide_f64};

@@ -3,12 +3,13 @@
 //! generation for the generic element-wise code.
 
 mod gemm;
-mod half;
 pub(super) mod pack;
 mod peak;
+mod widen16;
 
-use super::{Family, GemmKernels};
-use crate::half::{Bf16, F16};
+use super::contract::GemmKernels;
+use super::family::Family;
+use crate::formats::{Bf16, F16};
 
 pub(super) struct Avx2;
 
@@ -25,8 +26,8 @@ impl Family for Avx2 {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
-            tile_copy: Some(gemm::kernel_copy_f32),
-            tile_prefetch: Some(gemm::kernel_prefetch_f32),
+            tile_copies: true,
+            tile_prefetches: true,
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
@@ -38,8 +39,8 @@ impl Family for Avx2 {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
-            tile_copy: Some(gemm::kernel_copy_f64),
-            tile_prefetch: Some(gemm::kernel_prefetch_f64),
+            tile_copies: true,
+            tile_prefetches: true,
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(pack::pack_rows_f64::<6>),
@@ -47,17 +48,17 @@ impl Family for Avx2 {
         }
     }
 
-    /// Half-size B needs F16C as well (every AVX2 CPU known has it); without it, the
+    /// 16-bit B needs F16C as well (every AVX2 CPU known has it); without it, the
     /// portable kernels.
-    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
+    fn bf16() -> GemmKernels<f32, Bf16> {
         if !std::arch::is_x86_feature_detected!("f16c") {
-            return super::portable::half_kernels();
+            return super::portable::stored_kernels();
         }
         GemmKernels {
-            mr: half::MR,
-            tile: half::tile_bf16,
-            tile_copy: None,
-            tile_prefetch: Some(half::tile_prefetch_bf16),
+            mr: widen16::MR,
+            tile: widen16::tile_bf16,
+            tile_copies: false,
+            tile_prefetches: true,
             wide: None,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
@@ -65,15 +66,15 @@ impl Family for Avx2 {
         }
     }
 
-    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
+    fn f16() -> GemmKernels<f32, F16> {
         if !std::arch::is_x86_feature_detected!("f16c") {
-            return super::portable::half_kernels();
+            return super::portable::stored_kernels();
         }
         GemmKernels {
-            mr: half::MR,
-            tile: half::tile_f16,
-            tile_copy: None,
-            tile_prefetch: Some(half::tile_prefetch_f16),
+            mr: widen16::MR,
+            tile: widen16::tile_f16,
+            tile_copies: false,
+            tile_prefetches: true,
             wide: None,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
@@ -90,11 +91,11 @@ impl Family for Avx2 {
         run(f)
     }
 
-    unsafe fn fma_probe_f32(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f32(rounds: usize) -> super::probe::Probe {
         peak::fma_f32(rounds)
     }
 
-    unsafe fn fma_probe_f64(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f64(rounds: usize) -> super::probe::Probe {
         peak::fma_f64(rounds)
     }
 }

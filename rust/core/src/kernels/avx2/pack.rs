@@ -2,11 +2,8 @@
 //! the AVX-512 family uses these too) with in-register 4 x 4 transposes: eight (f32) or four
 //! (f64) depth steps at a time, each group of four rows transposed, and for MR = 6 the last two
 //! rows interleaved into pairs (one 64-bit or 128-bit store a depth step). The loops around
-//! pack the remaining depth steps. A plain copy: values are moved bit for bit. (For MR = 6, on
-//! 1024 x 3072 one thread: float64 packing took 40 ms one value at a time against 20 ms for
-//! MR = 12 with the transposes, about 3 % of the product; float32 21 against 17 ms. The last
-//! two rows as pairs: 256 x 3072 float32 in 374-378 us against 388-445 us one value at a time,
-//! one thread, AMD EPYC Zen 4.)
+//! pack the remaining depth steps. A plain copy: values are moved bit for bit. (One value at a
+//! time, packing took twice as long, a few per cent of a large product.)
 
 use std::arch::x86_64::*;
 

@@ -1,21 +1,12 @@
 //! AVX-512F micro-kernels: 12 rows x 2 zmm vectors (f32: 12 x 32, f64: 12 x 16), 24
 //! accumulators in registers. Column edges use masked loads and stores.
 //!
-//! The prefetching tile kernel (`kernel_prefetch_*`) is the tile kernel fetching a given run
-//! of cache lines into L2 at an even pace over its depth steps: with it the loops fetch the
-//! packed B read next while the row tiles compute (`gemm::loops::Ahead` for row blocks of many
-//! tiles, `gemm::loops::few_rows_in_chunks` for at most 36 rows). On the 2-core Sapphire
-//! Rapids Xeon, against the tile kernel alone (per-round ratios of samples alternating in one
-//! process, medians of 5-7 rounds): products over 400 MB of packed GPT-2 small shapes, one
-//! thread, float32 8 / 64 / 256 / 1024 rows 1.07 / 1.14 / 1.10 / 1.08, float64 1.04 / 1.11 /
-//! 1.09 / 1.02; two threads, float32 64 / 256 / 1024 rows 1.13 / 1.01 / 1.05; a GPT-2 small
-//! forward, two threads, 8 / 12 / 24 / 64 / 256 tokens 1.13 / 1.06 / 1.11 / 1.05 / 1.13, one
-//! token of 8 sequences 1.07, 8 x 128 tokens 1.19.
+//! With a prefetch run in its auxiliary arguments, the tile kernel fetches the run's cache
+//! lines into L2 at an even pace over its depth steps: with it the loops fetch the packed B
+//! read next while the row tiles compute (`gemm::loops::Ahead` for row blocks of many tiles,
+//! `gemm::loops::few_rows_in_chunks` for at most 36 rows).
 
-// The kernels take the tile's pointers, strides and sizes one by one, as the TileFn /
-// WideFn / StreamFn signatures do.
-#![allow(clippy::too_many_arguments)]
-
+use crate::kernels::contract::{by_rows, StreamArgs, TileArgs, TileAux, WideArgs};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -23,20 +14,14 @@ pub const MR_F32: usize = 12;
 pub const MR_F64: usize = 12;
 /// Software prefetch distances of the tile kernels, in depth steps ahead (A: 32 steps =
 /// 3 KiB; B: 16 steps = 2 KiB for f64 and for B read in place, [`PF_B_PACKED_F32`] for f32
-/// packed panels). f64, measured on the 2-core Zen 4 machine, alternating builds in one
-/// process: +4-7 % on 1024x3072x768 and 2048^3 (1 and 2 threads) against no prefetch, about
-/// the same at 64/32; A alone gave +3 %. f32 showed no gain there (within +-2 %), but on the
-/// 2-core Sapphire Rapids Xeon it gains 10-20 %: see [`PF_B_PACKED_F32`].
+/// packed panels): fetching ahead hides the latency of the streams the hardware prefetcher
+/// follows late or not at all (B's rows far apart, the two halves of a panel).
 const PF_A: usize = 32;
-/// Prefetch distance of packed f32 B panels in the tile kernel: 32 steps = 4 KiB ahead. On the
-/// 2-core Sapphire Rapids Xeon (one thread, thread CPU time, medians of alternating processes):
-/// 1024x3072x768 130-134 -> 147-150 GFLOP/s, 64x768x3072 127-139 -> 154, 256x768x50257
-/// 122 -> 136-140, 256x768x2304 150-153 -> 158-160; decoding 8 sequences of GPT-2 small
-/// (B streamed from memory one panel at a time) 104-116 -> 145-151 tokens/s; 16 and 64 steps
-/// about the same as 32 there.
+/// Prefetch distance of packed f32 B panels in the tile kernel: 32 steps = 4 KiB ahead (a step
+/// of a float32 panel is two cache lines).
 const PF_B_PACKED_F32: usize = 32;
-/// Prefetch distance (depth steps) of the wide kernel when it reads B in place (rows far apart):
-/// 8 gave 5.2 -> 6.5 GFLOP/s on a one-row 768 x 2304 product from memory, 16 and 32 less.
+/// Prefetch distance (depth steps) of the wide kernel when it reads B in place (rows far apart,
+/// which the hardware prefetcher does not follow).
 const PF_WIDE: usize = 8;
 const PF_B: usize = 16;
 
@@ -46,46 +31,20 @@ fn lane_mask(live: usize, lanes: usize) -> u32 {
     (1u32 << live.min(lanes)) - 1
 }
 
-/// `tile::<rows, PF>(args)` for `rows` from 1 to 12 (nothing for other counts).
-macro_rules! by_rows {
-    ($tile:ident, $pf:tt, $rows:expr, ($($arg:expr),*)) => {
-        match $rows {
-            12 => $tile::<12, $pf>($($arg),*),
-            11 => $tile::<11, $pf>($($arg),*),
-            10 => $tile::<10, $pf>($($arg),*),
-            9 => $tile::<9, $pf>($($arg),*),
-            8 => $tile::<8, $pf>($($arg),*),
-            7 => $tile::<7, $pf>($($arg),*),
-            6 => $tile::<6, $pf>($($arg),*),
-            5 => $tile::<5, $pf>($($arg),*),
-            4 => $tile::<4, $pf>($($arg),*),
-            3 => $tile::<3, $pf>($($arg),*),
-            2 => $tile::<2, $pf>($($arg),*),
-            1 => $tile::<1, $pf>($($arg),*),
-            _ => {}
-        }
-    };
-}
-
 macro_rules! avx512_kernel {
-    ($entry:ident, $pf_entry:ident, $tile:ident, $wide_entry:ident, $wide:ident, $stream_entry:ident, $stream:ident, $T:ty, $MR:expr, $LANES:expr, $pf_packed:expr, $mask:ty,
+    ($entry:ident, $tile:ident, $wide_entry:ident, $wide:ident, $stream_entry:ident, $stream:ident, $T:ty, $MR:expr, $LANES:expr, $pf_packed:expr, $mask:ty,
      $zero:ident, $loadu:ident, $storeu:ident, $maskz_loadu:ident, $mask_storeu:ident, $set1:ident, $fmadd:ident) => {
-        /// `PF`: every `every` (> 0) steps, one more cache line from `pf` on is prefetched into
-        /// L2.
+        /// `M` rows of the tile `t`. `PF`: every `every` (> 0) steps, one more cache line from
+        /// `pf` on is prefetched into L2.
         #[target_feature(enable = "avx512f")]
         unsafe fn $tile<const M: usize, const PF: bool>(
-            cols: usize,
-            kc: usize,
-            a: *const $T,
-            b: *const $T,
-            ldb: usize,
-            hoff: usize,
-            c: *mut $T,
-            ldc: usize,
-            accumulate: bool,
-            pf: *const $T,
+            t: &TileArgs<$T, $T>,
+            pf: *const u8,
             every: usize,
         ) {
+            let TileArgs { cols, kc, a, accumulate, .. } = *t;
+            let (b, ldb, hoff) = (t.b.ptr, t.b.ldb, t.b.hoff);
+            let (c, ldc) = (t.c.ptr, t.c.ldc);
             let m0 = lane_mask(cols, $LANES) as $mask;
             let m1 = lane_mask(cols.saturating_sub($LANES), $LANES) as $mask;
             let mut acc0 = [$zero(); M];
@@ -131,18 +90,10 @@ macro_rules! avx512_kernel {
         /// Few rows (1 to 3) against 4 consecutive B panels at once: 8 independent vectors per
         /// row keep the FMA pipes busy and read 4 memory streams in parallel (the decode case).
         #[target_feature(enable = "avx512f")]
-        unsafe fn $wide<const M: usize>(
-            cols_last: usize,
-            kc: usize,
-            a: *const $T,
-            b: *const $T,
-            ldb: usize,
-            hoff: usize,
-            bstride: usize,
-            c: *mut $T,
-            ldc: usize,
-            accumulate: bool,
-        ) {
+        unsafe fn $wide<const M: usize>(w: &WideArgs<$T, $T>) {
+            let WideArgs { cols_last, kc, a, bstride, accumulate, .. } = *w;
+            let (b, ldb, hoff) = (w.b.ptr, w.b.ldb, w.b.hoff);
+            let (c, ldc) = (w.c.ptr, w.c.ldc);
             const NR: usize = 2 * $LANES;
             let m0 = lane_mask(cols_last, $LANES) as $mask;
             let m1 = lane_mask(cols_last.saturating_sub($LANES), $LANES) as $mask;
@@ -198,27 +149,15 @@ macro_rules! avx512_kernel {
         /// kept in memory (the rows' column range stays in L1 or L2) and takes eight depth
         /// steps per pass, each from its own row of B, so B is read as eight long sequential
         /// streams instead of one short piece per row and panel. Per element the same chain
-        /// `c = fma(a[k], b[k][j], c)`, k ascending from a zero C. Eight steps per pass
-        /// measured 10-40 % above four (one row and eight, 768 x 2304 from memory, float32
-        /// and float64, 1 and 2 threads); sixteen no better than eight.
+        /// `c = fma(a[k], b[k][j], c)`, k ascending from a zero C (eight streams keep the
+        /// memory busier than four; more pass C less often but do not read faster).
         ///
         /// Whole vectors of C and B go through plain loads and stores, only a partial last
-        /// vector through masked ones. With every access masked (the first version), the
-        /// 2-core AMD EPYC of family 26 (Zen 5) read B at 0.67-0.83 of the plain version's
-        /// rate on one thread (medians of 5 alternating runs, 768 x 2304 from memory: one row
-        /// float32 29 -> 41 GB/s, float64 31 -> 43; eight rows 12.8 -> 15.5 and 15.2 ->
-        /// 16.1), and below its own AVX2 kernel; the Intel cores had not shown it.
+        /// vector through masked ones: masked loads are slower on some cores.
         #[target_feature(enable = "avx512f")]
-        unsafe fn $stream<const M: usize>(
-            cols: usize,
-            k: usize,
-            a: *const $T,
-            lda: usize,
-            b: *const $T,
-            ldb: usize,
-            c: *mut $T,
-            ldc: usize,
-        ) {
+        unsafe fn $stream<const M: usize>(s: &StreamArgs<$T, $T>) {
+            let StreamArgs { cols, k, a, lda, b, ldb, .. } = *s;
+            let (c, ldc) = (s.c.ptr, s.c.ldc);
             // Whole vectors with plain loads and stores, the last partial one masked (see
             // above).
             let nfull = cols / $LANES;
@@ -300,114 +239,41 @@ macro_rules! avx512_kernel {
         }
 
         /// # Safety
-        /// The CPU supports AVX-512F; A has `rows` (1 to 8) rows of `k` values `lda` apart, B
-        /// `k` rows of `cols` readable values `ldb` apart, C `rows` rows of `cols` writable
-        /// values `ldc` apart.
-        pub unsafe fn $stream_entry(
-            rows: usize,
-            cols: usize,
-            k: usize,
-            a: *const $T,
-            lda: usize,
-            b: *const $T,
-            ldb: usize,
-            c: *mut $T,
-            ldc: usize,
-        ) {
-            match rows {
-                8 => $stream::<8>(cols, k, a, lda, b, ldb, c, ldc),
-                7 => $stream::<7>(cols, k, a, lda, b, ldb, c, ldc),
-                6 => $stream::<6>(cols, k, a, lda, b, ldb, c, ldc),
-                5 => $stream::<5>(cols, k, a, lda, b, ldb, c, ldc),
-                4 => $stream::<4>(cols, k, a, lda, b, ldb, c, ldc),
-                3 => $stream::<3>(cols, k, a, lda, b, ldb, c, ldc),
-                2 => $stream::<2>(cols, k, a, lda, b, ldb, c, ldc),
-                1 => $stream::<1>(cols, k, a, lda, b, ldb, c, ldc),
-                _ => {}
-            }
+        /// The CPU supports AVX-512F; `s` describes a stream product (see
+        /// [`crate::kernels::StreamArgs`]) of 1 to 8 rows.
+        pub unsafe fn $stream_entry(s: &StreamArgs<$T, $T>) {
+            by_rows!(s.rows, [8, 7, 6, 5, 4, 3, 2, 1], R => $stream::<R>(s))
         }
 
         /// # Safety
-        /// As for the tile kernel, with 4 B panels `bstride` values apart (the last one with
-        /// `cols_last` live columns, each laid out as `ldb` and `hoff` say) and C
-        /// `rows` x (3 NR + cols_last); rows <= 3.
-        pub unsafe fn $wide_entry(
-            rows: usize,
-            cols_last: usize,
-            kc: usize,
-            a: *const $T,
-            b: *const $T,
-            ldb: usize,
-            hoff: usize,
-            bstride: usize,
-            c: *mut $T,
-            ldc: usize,
-            accumulate: bool,
-        ) {
-            match rows {
-                3 => $wide::<3>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
-                2 => $wide::<2>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
-                1 => $wide::<1>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
-                _ => {}
-            }
+        /// The CPU supports AVX-512F; `w` describes a wide call (see
+        /// [`crate::kernels::WideArgs`]) of 1 to 3 rows.
+        pub unsafe fn $wide_entry(w: &WideArgs<$T, $T>) {
+            by_rows!(w.rows, [3, 2, 1], R => $wide::<R>(w))
         }
 
-        /// # Safety
-        /// The CPU supports AVX-512F; `a` holds `kc * MR` values; `b` holds `kc` steps of NR
-        /// readable values laid out as `ldb` and `hoff` say (see the kernels' contract); C has
-        /// `rows` rows of `cols` writable values `ldc` apart.
-        pub unsafe fn $entry(
-            rows: usize,
-            cols: usize,
-            kc: usize,
-            a: *const $T,
-            b: *const $T,
-            ldb: usize,
-            hoff: usize,
-            c: *mut $T,
-            ldc: usize,
-            accumulate: bool,
-        ) {
-            let none = std::ptr::null();
-            by_rows!(
-                $tile,
-                false,
-                rows,
-                (cols, kc, a, b, ldb, hoff, c, ldc, accumulate, none, 0)
-            )
-        }
-
-        /// The tile kernel that also prefetches `pf_lines` cache lines from `pf` on into L2,
-        /// at most one a depth step, spread evenly over them: see
-        /// [`crate::kernels::TilePrefetchFn`].
+        /// The tile kernel; with a prefetch run in `aux`, it also fetches the run's lines into
+        /// L2, at most one a depth step, spread evenly over them.
         ///
         /// # Safety
-        /// As for the tile kernel; `pf` may point anywhere (prefetches do not fault and it is
-        /// never read).
-        pub unsafe fn $pf_entry(
-            rows: usize,
-            cols: usize,
-            kc: usize,
-            a: *const $T,
-            b: *const $T,
-            ldb: usize,
-            hoff: usize,
-            c: *mut $T,
-            ldc: usize,
-            accumulate: bool,
-            pf: *const $T,
-            pf_lines: usize,
-        ) {
-            if pf_lines == 0 {
-                $entry(rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate)
-            } else {
-                let every = Pacer::every(kc, pf_lines);
-                by_rows!(
-                    $tile,
-                    true,
-                    rows,
-                    (cols, kc, a, b, ldb, hoff, c, ldc, accumulate, pf, every)
-                )
+        /// The CPU supports AVX-512F; `t` describes a tile of 1 to 12 rows (see
+        /// [`crate::kernels::TileArgs`]); the prefetch run may point anywhere (prefetches do
+        /// not fault and it is never read).
+        pub unsafe fn $entry(t: &TileArgs<$T, $T>, aux: &TileAux<$T>) {
+            match aux.prefetch {
+                Some(run) if run.lines > 0 => {
+                    let every = Pacer::every(t.kc, run.lines);
+                    by_rows!(
+                        t.rows,
+                        [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1],
+                        R => $tile::<R, true>(t, run.ptr, every)
+                    )
+                }
+                _ => by_rows!(
+                    t.rows,
+                    [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1],
+                    R => $tile::<R, false>(t, std::ptr::null(), 0)
+                ),
             }
         }
     };
@@ -415,7 +281,6 @@ macro_rules! avx512_kernel {
 
 avx512_kernel!(
     kernel_f32,
-    kernel_prefetch_f32,
     tile_f32,
     wide_f32,
     wide_tile_f32,
@@ -436,7 +301,6 @@ avx512_kernel!(
 );
 avx512_kernel!(
     kernel_f64,
-    kernel_prefetch_f64,
     tile_f64,
     wide_f64,
     wide_tile_f64,

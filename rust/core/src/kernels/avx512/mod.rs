@@ -2,11 +2,12 @@
 //! 12-row A packer (shared with the AVX2 family), and AVX-512 code generation for the generic element-wise code.
 
 mod gemm;
-mod half;
 mod peak;
+mod widen16;
 
-use super::{Family, GemmKernels};
-use crate::half::{Bf16, F16};
+use super::contract::GemmKernels;
+use super::family::Family;
+use crate::formats::{Bf16, F16};
 
 pub(super) struct Avx512;
 
@@ -19,8 +20,8 @@ impl Family for Avx512 {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
-            tile_copy: None,
-            tile_prefetch: Some(gemm::kernel_prefetch_f32),
+            tile_copies: false,
+            tile_prefetches: true,
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
@@ -32,8 +33,8 @@ impl Family for Avx512 {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
-            tile_copy: None,
-            tile_prefetch: Some(gemm::kernel_prefetch_f64),
+            tile_copies: false,
+            tile_prefetches: true,
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(super::avx2::pack::pack_rows_f64::<12>),
@@ -41,26 +42,26 @@ impl Family for Avx512 {
         }
     }
 
-    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
+    fn bf16() -> GemmKernels<f32, Bf16> {
         GemmKernels {
-            mr: half::MR,
-            tile: half::tile_bf16,
-            tile_copy: None,
-            tile_prefetch: None,
-            wide: Some(half::wide_bf16),
+            mr: widen16::MR,
+            tile: widen16::tile_bf16,
+            tile_copies: false,
+            tile_prefetches: false,
+            wide: Some(widen16::wide_bf16),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
             fetch_next_a: false,
         }
     }
 
-    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
+    fn f16() -> GemmKernels<f32, F16> {
         GemmKernels {
-            mr: half::MR,
-            tile: half::tile_f16,
-            tile_copy: None,
-            tile_prefetch: None,
-            wide: Some(half::wide_f16),
+            mr: widen16::MR,
+            tile: widen16::tile_f16,
+            tile_copies: false,
+            tile_prefetches: false,
+            wide: Some(widen16::wide_f16),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
             fetch_next_a: false,
@@ -76,11 +77,11 @@ impl Family for Avx512 {
         run(f)
     }
 
-    unsafe fn fma_probe_f32(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f32(rounds: usize) -> super::probe::Probe {
         peak::fma_f32(rounds)
     }
 
-    unsafe fn fma_probe_f64(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f64(rounds: usize) -> super::probe::Probe {
         peak::fma_f64(rounds)
     }
 }

@@ -19,17 +19,10 @@
 //!
 //! Against 16-bit B (bfloat16 or float16 panels, float32 A and C) the float32 blocks, tile and
 //! wide kernel run with each 4-value B vector loaded as 8 bytes and widened exactly in a
-//! register (bfloat16: `ushll` by 16; float16: `fcvtl`), then the same FMA chains. Under
-//! qemu-aarch64 on the x86-64 development machine (emulated, one thread, best of 3, a
-//! 64 x 768 x 2304 product), they took 1.06 (bfloat16) and 1.36 (float16) times the float32
-//! kernels' time, where the portable 16-bit kernels they replace took 1.80 and 2.59; no
-//! native aarch64 machine was at hand to time them on.
+//! register (bfloat16: `ushll` by 16; float16: `fcvtl`), then the same FMA chains.
 
-// The entry points' arguments are fixed by `KernelFn`, `WideFn` and `StreamFn`, and the
-// helpers pass the same ones on.
-#![allow(clippy::too_many_arguments)]
-
-use crate::half::{Bf16, F16};
+use crate::formats::{Bf16, F16};
+use crate::kernels::contract::{by_rows, BPanel, CTile, StreamArgs, TileArgs, TileAux, WideArgs};
 use std::arch::aarch64::*;
 
 pub const MR_F32: usize = 12;
@@ -120,25 +113,20 @@ pub(super) unsafe fn pack12_f64(src: *const f64, rs: isize, kc: usize, dst: *mut
 macro_rules! neon_blocks {
     ($block:ident, $tile:ident, $wide_entry:ident, $T:ty, $B:ty, $V:ty, $L:expr, $MR:expr,
      $zero:ident, $ld:ident, $ldb:ident, $st:ident, $fma_lane:ident) => {
-        /// One register block: rows `0..R` of the A panel at `a` (12 values per depth step)
-        /// against `P` B pieces of `W` vectors (piece p at `b + p * bstride`, steps `ldb`
-        /// apart, a piece of a whole panel in its two halves `hoff` apart, see the kernels'
-        /// contract), C at `c` with `P * W * LANES` consecutive columns of which the first
-        /// `live` are in the tile. With `P > 1` each piece is a whole panel (`W * LANES ==
+        /// One register block: rows `0..R` of the A panel `t.a` (12 values per depth step)
+        /// against `P` B pieces of `W` vectors (piece p at `t.b.ptr + p * bstride`, steps
+        /// `ldb` apart, a piece of a whole panel in its two halves `hoff` apart, see
+        /// [`BPanel`]), C at `t.c` with `P * W * LANES` consecutive columns of which the first
+        /// `t.cols` are in the tile. With `P > 1` each piece is a whole panel (`W * LANES ==
         /// NR`); a piece of fewer columns lies within one half.
         #[inline(always)]
         unsafe fn $block<const R: usize, const P: usize, const W: usize>(
-            live: usize,
-            kc: usize,
-            a: *const $T,
-            b: *const $B,
-            ldb: usize,
-            hoff: usize,
+            t: &TileArgs<$T, $B>,
             bstride: usize,
-            c: *mut $T,
-            ldc: usize,
-            accumulate: bool,
         ) {
+            let TileArgs { cols: live, kc, a, accumulate, .. } = *t;
+            let BPanel { ptr: b, ldb, hoff } = t.b;
+            let CTile { ptr: c, ldc } = t.c;
             const L: usize = $L;
             // Columns of half a panel, and where vector w of a piece lies.
             const H: usize = 4 * $L;
@@ -225,23 +213,24 @@ macro_rules! neon_blocks {
         /// of `W` vectors one after the other (groups wholly past `cols` skipped). A function
         /// of its own for each shape, so that each depth loop gets the registers to itself.
         #[inline(never)]
-        unsafe fn $tile<const R: usize, const W: usize>(
-            cols: usize,
-            kc: usize,
-            a: *const $T,
-            b: *const $B,
-            ldb: usize,
-            hoff: usize,
-            c: *mut $T,
-            ldc: usize,
-            accumulate: bool,
-        ) {
+        unsafe fn $tile<const R: usize, const W: usize>(t: &TileArgs<$T, $B>) {
             const GROUP: usize = $L * 8;
             let width = W * $L;
             let mut j = 0;
-            while j < cols && j < GROUP {
-                let bj = crate::kernels::b_at(b, hoff, 4 * $L, j);
-                $block::<R, 1, W>(cols - j, kc, a, bj, ldb, hoff, 0, c.add(j), ldc, accumulate);
+            while j < t.cols && j < GROUP {
+                let group = TileArgs {
+                    cols: t.cols - j,
+                    b: BPanel {
+                        ptr: crate::kernels::b_at(t.b.ptr, t.b.hoff, 4 * $L, j),
+                        ..t.b
+                    },
+                    c: CTile {
+                        ptr: t.c.ptr.add(j),
+                        ..t.c
+                    },
+                    ..*t
+                };
+                $block::<R, 1, W>(&group, 0);
                 j += width;
             }
         }
@@ -251,52 +240,37 @@ macro_rules! neon_blocks {
         /// accumulators, two memory streams), two or three rows one panel at a time.
         ///
         /// # Safety
-        /// As for the tile kernel, with C `rows` x (3 NR + cols_last); rows <= 3.
-        pub unsafe fn $wide_entry(
-            rows: usize,
-            cols_last: usize,
-            kc: usize,
-            a: *const $T,
-            b: *const $B,
-            ldb: usize,
-            hoff: usize,
-            bstride: usize,
-            c: *mut $T,
-            ldc: usize,
-            accumulate: bool,
-        ) {
+        /// See [`crate::kernels::WideArgs`]; rows <= 3.
+        pub unsafe fn $wide_entry(w: &WideArgs<$T, $B>) {
             const NR: usize = $L * 8;
-            let cols = 3 * NR + cols_last;
-            match rows {
-                1 => {
+            let cols = 3 * NR + w.cols_last;
+            // Panels `q ..` of the four as one register block's tile.
+            let from = |q: usize| TileArgs {
+                rows: w.rows,
+                cols: cols - q * NR,
+                kc: w.kc,
+                a: w.a,
+                b: BPanel {
+                    ptr: w.b.ptr.add(q * w.bstride),
+                    ..w.b
+                },
+                c: CTile {
+                    ptr: w.c.ptr.add(q * NR),
+                    ..w.c
+                },
+                accumulate: w.accumulate,
+            };
+            by_rows!(w.rows, [1, 2, 3], R => {
+                if R == 1 {
                     for pair in 0..2 {
-                        $block::<1, 2, 8>(
-                            cols - 2 * NR * pair,
-                            kc,
-                            a,
-                            b.add(2 * pair * bstride),
-                            ldb,
-                            hoff,
-                            bstride,
-                            c.add(2 * NR * pair),
-                            ldc,
-                            accumulate,
-                        );
+                        $block::<R, 2, 8>(&from(2 * pair), w.bstride);
                     }
-                }
-                2 | 3 => {
+                } else {
                     for q in 0..4 {
-                        let live = cols - q * NR;
-                        let (bq, cq) = (b.add(q * bstride), c.add(q * NR));
-                        if rows == 2 {
-                            $block::<2, 1, 8>(live, kc, a, bq, ldb, hoff, 0, cq, ldc, accumulate);
-                        } else {
-                            $block::<3, 1, 8>(live, kc, a, bq, ldb, hoff, 0, cq, ldc, accumulate);
-                        }
+                        $block::<R, 1, 8>(&from(q), 0);
                     }
                 }
-                _ => {}
-            }
+            })
         }
     };
 }
@@ -311,16 +285,9 @@ macro_rules! neon_stream {
         /// `c = fma(a[k], b[k][j], c)`, k ascending from a zero C; the last `cols % LANES`
         /// columns one value at a time (B's rows are not read past `cols`).
         #[inline(always)]
-        unsafe fn $stream<const M: usize>(
-            cols: usize,
-            k: usize,
-            a: *const $T,
-            lda: usize,
-            b: *const $T,
-            ldb: usize,
-            c: *mut $T,
-            ldc: usize,
-        ) {
+        unsafe fn $stream<const M: usize>(s: &StreamArgs<$T, $T>) {
+            let StreamArgs { cols, k, a, lda, b, ldb, .. } = *s;
+            let CTile { ptr: c, ldc } = s.c;
             const L: usize = $L;
             const S: usize = 8;
             let nvec = cols / L;
@@ -379,30 +346,9 @@ macro_rules! neon_stream {
         }
 
         /// # Safety
-        /// A has `rows` (1 to 8) rows of `k` values `lda` apart, B `k` rows of `cols` readable
-        /// values `ldb` apart, C `rows` rows of `cols` writable values `ldc` apart.
-        pub unsafe fn $stream_entry(
-            rows: usize,
-            cols: usize,
-            k: usize,
-            a: *const $T,
-            lda: usize,
-            b: *const $T,
-            ldb: usize,
-            c: *mut $T,
-            ldc: usize,
-        ) {
-            match rows {
-                8 => $stream::<8>(cols, k, a, lda, b, ldb, c, ldc),
-                7 => $stream::<7>(cols, k, a, lda, b, ldb, c, ldc),
-                6 => $stream::<6>(cols, k, a, lda, b, ldb, c, ldc),
-                5 => $stream::<5>(cols, k, a, lda, b, ldb, c, ldc),
-                4 => $stream::<4>(cols, k, a, lda, b, ldb, c, ldc),
-                3 => $stream::<3>(cols, k, a, lda, b, ldb, c, ldc),
-                2 => $stream::<2>(cols, k, a, lda, b, ldb, c, ldc),
-                1 => $stream::<1>(cols, k, a, lda, b, ldb, c, ldc),
-                _ => {}
-            }
+        /// See [`crate::kernels::StreamArgs`]; 1 to 8 rows.
+        pub unsafe fn $stream_entry(s: &StreamArgs<$T, $T>) {
+            by_rows!(s.rows, [8, 7, 6, 5, 4, 3, 2, 1], R => $stream::<R>(s))
         }
     };
 }
@@ -523,45 +469,26 @@ fn zero_f64() -> float64x2_t {
     unsafe { vdupq_n_f64(0.0) }
 }
 
+/// Register blocks of `W` vectors for a tile of `rows` rows (the widest that fits the 24
+/// accumulators; see the module documentation).
+const fn block_width_f32(rows: usize) -> usize {
+    match rows {
+        7.. => 2,
+        4..=6 => 4,
+        _ => 8,
+    }
+}
+
 /// The float32 tile kernel's entry against B values of type `$B`.
 macro_rules! f32_tile_entry {
     ($entry:ident, $tile:ident, $B:ty) => {
         /// # Safety
-        /// `a` holds `kc * 12` values; `b` holds `kc` steps of NR readable values laid out as
-        /// `ldb` and `hoff` say (see the kernels' contract); C has `rows` rows of `cols`
-        /// writable values `ldc` apart.
-        pub unsafe fn $entry(
-            rows: usize,
-            cols: usize,
-            kc: usize,
-            a: *const f32,
-            b: *const $B,
-            ldb: usize,
-            hoff: usize,
-            c: *mut f32,
-            ldc: usize,
-            accumulate: bool,
-        ) {
-            macro_rules! run {
-                ($r:literal, $w:literal) => {
-                    $tile::<$r, $w>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate)
-                };
-            }
-            match rows {
-                12 => run!(12, 2),
-                11 => run!(11, 2),
-                10 => run!(10, 2),
-                9 => run!(9, 2),
-                8 => run!(8, 2),
-                7 => run!(7, 2),
-                6 => run!(6, 4),
-                5 => run!(5, 4),
-                4 => run!(4, 4),
-                3 => run!(3, 8),
-                2 => run!(2, 8),
-                1 => run!(1, 8),
-                _ => {}
-            }
+        /// See [`crate::kernels::TileArgs`]; 1 to 12 rows. Nothing is done beside the tile.
+        pub unsafe fn $entry(t: &TileArgs<f32, $B>, _: &TileAux<$B>) {
+            by_rows!(t.rows, [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1], R => {
+                const W: usize = block_width_f32(R);
+                $tile::<R, W>(t)
+            })
         }
     };
 }
@@ -571,44 +498,34 @@ f32_tile_entry!(kernel_bf16, tile_bf16, Bf16);
 f32_tile_entry!(kernel_f16, tile_f16, F16);
 
 /// # Safety
-/// As for [`kernel_f32`].
-pub unsafe fn kernel_f64(
-    rows: usize,
-    cols: usize,
-    kc: usize,
-    a: *const f64,
-    b: *const f64,
-    ldb: usize,
-    hoff: usize,
-    c: *mut f64,
-    ldc: usize,
-    accumulate: bool,
-) {
-    // Up to six rows in one pass over the panel's halves; more as rows 0-5, then the rest
-    // (A's 12-value steps read from value 6 on).
-    macro_rules! run {
-        ($r:literal, $w:literal) => {
-            tile_f64::<$r, $w>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate)
-        };
-        ($r:literal, $w:literal, $r2:literal, $w2:literal) => {{
-            tile_f64::<$r, $w>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate);
-            let (a2, c2) = (a.add(6), c.add(6 * ldc));
-            tile_f64::<$r2, $w2>(cols, kc, a2, b, ldb, hoff, c2, ldc, accumulate);
-        }};
+/// See [`crate::kernels::TileArgs`]; 1 to 12 rows. Nothing is done beside the tile.
+pub unsafe fn kernel_f64(t: &TileArgs<f64, f64>, _: &TileAux<f64>) {
+    // Up to six rows in one pass over the panel's halves (4 vectors a block); more as rows
+    // 0-5, then the rest (A's 12-value steps read from value 6 on, C six rows down).
+    const fn width(rows: usize) -> usize {
+        if rows >= 4 {
+            4
+        } else {
+            8
+        }
     }
-    match rows {
-        12 => run!(6, 4, 6, 4),
-        11 => run!(6, 4, 5, 4),
-        10 => run!(6, 4, 4, 4),
-        9 => run!(6, 4, 3, 8),
-        8 => run!(6, 4, 2, 8),
-        7 => run!(6, 4, 1, 8),
-        6 => run!(6, 4),
-        5 => run!(5, 4),
-        4 => run!(4, 4),
-        3 => run!(3, 8),
-        2 => run!(2, 8),
-        1 => run!(1, 8),
-        _ => {}
-    }
+    by_rows!(t.rows, [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1], R => {
+        if R <= 6 {
+            const W: usize = width(R);
+            tile_f64::<R, W>(t)
+        } else {
+            tile_f64::<6, 4>(t);
+            const R2: usize = R.saturating_sub(6);
+            const W2: usize = width(R2);
+            let lower = TileArgs {
+                a: t.a.add(6),
+                c: CTile {
+                    ptr: t.c.ptr.add(6 * t.c.ldc),
+                    ..t.c
+                },
+                ..*t
+            };
+            tile_f64::<R2, W2>(&lower)
+        }
+    })
 }

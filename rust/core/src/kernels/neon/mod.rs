@@ -6,8 +6,9 @@
 mod gemm;
 mod peak;
 
-use super::{Family, GemmKernels};
-use crate::half::{Bf16, F16};
+use super::contract::GemmKernels;
+use super::family::Family;
+use crate::formats::{Bf16, F16};
 
 pub(super) struct Neon;
 
@@ -20,8 +21,8 @@ impl Family for Neon {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f32,
-            tile_copy: None,
-            tile_prefetch: None,
+            tile_copies: false,
+            tile_prefetches: false,
             wide: Some(gemm::wide_f32),
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(gemm::pack12_f32),
@@ -33,8 +34,8 @@ impl Family for Neon {
         GemmKernels {
             mr: gemm::MR_F64,
             tile: gemm::kernel_f64,
-            tile_copy: None,
-            tile_prefetch: None,
+            tile_copies: false,
+            tile_prefetches: false,
             wide: Some(gemm::wide_f64),
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(gemm::pack12_f64),
@@ -42,12 +43,12 @@ impl Family for Neon {
         }
     }
 
-    fn gemm_f32_bf16() -> GemmKernels<f32, Bf16> {
+    fn bf16() -> GemmKernels<f32, Bf16> {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_bf16,
-            tile_copy: None,
-            tile_prefetch: None,
+            tile_copies: false,
+            tile_prefetches: false,
             wide: Some(gemm::wide_bf16),
             stream: None,
             pack_a_panel: Some(gemm::pack12_f32),
@@ -55,12 +56,12 @@ impl Family for Neon {
         }
     }
 
-    fn gemm_f32_f16() -> GemmKernels<f32, F16> {
+    fn f16() -> GemmKernels<f32, F16> {
         GemmKernels {
             mr: gemm::MR_F32,
             tile: gemm::kernel_f16,
-            tile_copy: None,
-            tile_prefetch: None,
+            tile_copies: false,
+            tile_prefetches: false,
             wide: Some(gemm::wide_f16),
             stream: None,
             pack_a_panel: Some(gemm::pack12_f32),
@@ -73,11 +74,11 @@ impl Family for Neon {
         f()
     }
 
-    unsafe fn fma_probe_f32(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f32(rounds: usize) -> super::probe::Probe {
         peak::fma_f32(rounds)
     }
 
-    unsafe fn fma_probe_f64(rounds: usize) -> super::peak::Probe {
+    unsafe fn fma_probe_f64(rounds: usize) -> super::probe::Probe {
         peak::fma_f64(rounds)
     }
 }

@@ -1,6 +1,6 @@
-//! The FMA probe (see `kernels::peak`) on 128-bit NEON registers.
+//! The FMA probe (see `kernels::probe`) on 128-bit NEON registers.
 
-use crate::kernels::peak::{fma_probe, CHAINS_NEON};
+use crate::kernels::probe::{fma_probe, CHAINS_NEON};
 use std::arch::aarch64::*;
 
 /// `x * m + c` in every lane.

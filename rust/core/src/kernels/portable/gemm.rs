@@ -1,54 +1,38 @@
-//! The portable micro-kernel: plain Rust loops over a runtime tile.
+//! The portable micro-kernel: plain Rust loops over a runtime tile, against B in any storage
+//! format (each depth step of the panel widened by the format's own definition as it is read).
 use super::fma::RowFma;
-use crate::gemm::PanelValue;
-use crate::kernels::b_at;
+use crate::formats::WidensTo;
+#[cfg(doc)]
+use crate::kernels::contract::BPanel;
+use crate::kernels::contract::{by_rows, CTile, GemmKernels, TileArgs, TileAux};
 
 pub const MR: usize = 4;
 
 /// # Safety
-/// `a` holds `kc * MR` values, `b` holds `kc` steps of `cols` readable values (laid out as
-/// `ldb` and `hoff` say: see the kernels' contract),
-/// and C has `rows` rows of `cols` writable values `ldc` apart.
-pub unsafe fn kernel<T: RowFma>(
-    rows: usize,
-    cols: usize,
-    kc: usize,
-    a: *const T,
-    b: *const T,
-    ldb: usize,
-    hoff: usize,
-    c: *mut T,
-    ldc: usize,
-    accumulate: bool,
-) {
-    tile(rows, cols, kc, a, b, ldb, hoff, c, ldc, accumulate, |v| v)
+/// See [`TileArgs`]: `t.a` holds `t.kc * MR` values, `t.b` `t.kc` steps of `t.cols` readable
+/// values (laid out as [`BPanel`] says), and C `t.rows` (1 to MR) rows of `t.cols` writable
+/// values. Nothing is done beside the tile.
+pub unsafe fn kernel<T: RowFma, W: WidensTo<T>>(t: &TileArgs<T, W>, _: &TileAux<W>) {
+    by_rows!(t.rows, [1, 2, 3, 4], R => tile::<R, T, W>(t))
 }
 
-/// The tile loop of the portable kernels, for B holding `W` values that `widen` turns (exactly)
-/// into the compute type as they are read.
-///
-/// # Safety
-/// As for [`kernel`], with B holding `W` values.
+/// `R` rows of the tile `t`.
 #[inline(always)]
-pub(super) unsafe fn tile<T: RowFma, W: PanelValue>(
-    rows: usize,
-    cols: usize,
-    kc: usize,
-    a: *const T,
-    b: *const W,
-    ldb: usize,
-    hoff: usize,
-    c: *mut T,
-    ldc: usize,
-    accumulate: bool,
-    widen: impl Fn(W) -> T,
-) {
-    let h = W::PANEL_NR / 2;
-    let mut acc = [[T::ZERO; 32]; MR];
+unsafe fn tile<const R: usize, T: RowFma, W: WidensTo<T>>(t: &TileArgs<T, W>) {
+    let TileArgs {
+        cols,
+        kc,
+        a,
+        b,
+        accumulate,
+        ..
+    } = *t;
+    let CTile { ptr: c, ldc } = t.c;
+    let mut acc = [[T::ZERO; 32]; R];
     if accumulate {
-        for i in 0..rows {
-            for j in 0..cols {
-                acc[i][j] = *c.add(i * ldc + j);
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (j, v) in row[..cols].iter_mut().enumerate() {
+                *v = *c.add(i * ldc + j);
             }
         }
     }
@@ -56,18 +40,30 @@ pub(super) unsafe fn tile<T: RowFma, W: PanelValue>(
     // stored), so that each row's update is one fixed-width loop.
     let mut bk = [T::ZERO; 32];
     for kk in 0..kc {
-        let step = b.add(kk * ldb);
-        for (j, v) in bk.iter_mut().enumerate().take(cols) {
-            *v = widen(*b_at(step, hoff, h, j));
-        }
+        W::widen_step(&b, kk, &mut bk[..cols]);
         let ak = a.add(kk * MR);
-        for (i, row) in acc.iter_mut().enumerate().take(rows) {
+        for (i, row) in acc.iter_mut().enumerate() {
             T::fma_row(*ak.add(i), &bk, row);
         }
     }
-    for i in 0..rows {
-        for j in 0..cols {
-            *c.add(i * ldc + j) = acc[i][j];
+    for (i, row) in acc.iter().enumerate() {
+        for (j, &v) in row[..cols].iter().enumerate() {
+            *c.add(i * ldc + j) = v;
         }
+    }
+}
+
+/// The portable kernels for A and C of type `T` against B stored as `W`: every family's for
+/// a format it has no kernels of its own for.
+pub fn kernels<T: RowFma, W: WidensTo<T>>() -> GemmKernels<T, W> {
+    GemmKernels {
+        mr: MR,
+        tile: kernel::<T, W>,
+        tile_copies: false,
+        tile_prefetches: false,
+        wide: None,
+        stream: None,
+        pack_a_panel: None,
+        fetch_next_a: false,
     }
 }

@@ -4,11 +4,11 @@
 
 mod fma;
 mod gemm;
-mod half;
 
-pub(super) use half::half_kernels;
+pub(super) use gemm::kernels as stored_kernels;
 
-use super::{Family, GemmKernels};
+use super::contract::GemmKernels;
+use super::family::Family;
 
 pub(super) struct Portable;
 
@@ -18,29 +18,11 @@ impl Family for Portable {
     }
 
     fn gemm_f32() -> GemmKernels<f32> {
-        GemmKernels {
-            mr: gemm::MR,
-            tile: gemm::kernel::<f32>,
-            tile_copy: None,
-            tile_prefetch: None,
-            wide: None,
-            stream: None,
-            pack_a_panel: None,
-            fetch_next_a: false,
-        }
+        gemm::kernels()
     }
 
     fn gemm_f64() -> GemmKernels<f64> {
-        GemmKernels {
-            mr: gemm::MR,
-            tile: gemm::kernel::<f64>,
-            tile_copy: None,
-            tile_prefetch: None,
-            wide: None,
-            stream: None,
-            pack_a_panel: None,
-            fetch_next_a: false,
-        }
+        gemm::kernels()
     }
 
     #[inline(always)]

@@ -1,9 +1,9 @@
-//! 16-bit weights: a bfloat16 / float16 model computes, bit for bit, what the float32 model
+//! Stored weights: a bfloat16 / float16 model computes, bit for bit, what the float32 model
 //! with its weights rounded to that format computes, for every kernel and thread count, in the
 //! forward pass and in cached decoding.
 
 use super::*;
-use crate::half::{Bf16, HalfFormat, F16};
+use crate::formats::{Bf16, Float16Format, F16};
 use rand::{Rng, SeedableRng};
 
 type Weights = Vec<(String, Vec<usize>, &'static str, Vec<f32>)>;
@@ -30,16 +30,16 @@ fn weights(cfg: &Config, seed: u64) -> Weights {
         .collect()
 }
 
-/// Whether a tensor of this kind is stored 16-bit.
-fn is_half(kind: &str) -> bool {
+/// Whether a tensor of this kind is stored in the model's format.
+fn is_stored(kind: &str) -> bool {
     !matches!(kind, "bias" | "ln_weight" | "ln_bias")
 }
 
-fn rounded(w: &Weights, fmt: WeightFormat) -> Weights {
+fn rounded<W: Float16Format>(w: &Weights) -> Weights {
     w.iter()
         .map(|(n, s, k, v)| {
-            let v = if is_half(k) {
-                v.iter().map(|&x| crate::half::round_f32(x, fmt)).collect()
+            let v = if is_stored(k) {
+                v.iter().map(|&x| W::from_f32(x).to_f32()).collect()
             } else {
                 v.clone()
             };
@@ -100,16 +100,17 @@ fn config(tied: bool, sinusoidal: bool) -> Config {
     }
 }
 
-fn check_format(fmt: WeightFormat) {
+fn check_format<W: Float16Format>() {
+    let fmt = WeightFormat::named(W::FORMAT_NAME).unwrap();
     for (tied, sinusoidal) in [(true, false), (false, true)] {
         let cfg = config(tied, sinusoidal);
         let w = weights(&cfg, 11);
-        let r = rounded(&w, fmt);
-        let half = Model::with_format(cfg.clone(), &map(&w), fmt, None).unwrap();
+        let r = rounded::<W>(&w);
+        let stored = Model::with_format(cfg.clone(), &map(&w), fmt, None).unwrap();
         let want = Model::new(cfg.clone(), &map(&r)).unwrap();
-        assert_eq!(half.weight_format(), fmt);
+        assert_eq!(stored.weight_format(), fmt);
         // Export gives the rounded weights back, widened.
-        for ((n, _, v), (n2, _, _, v2)) in half.export().iter().zip(&r) {
+        for ((n, _, v), (n2, _, _, v2)) in stored.export().iter().zip(&r) {
             assert_eq!(n, n2);
             assert!(
                 v.iter().zip(v2).all(|(a, b)| a.to_bits() == b.to_bits()),
@@ -117,7 +118,7 @@ fn check_format(fmt: WeightFormat) {
             );
         }
         assert!(
-            half.nbytes() * 10 < want.nbytes() * 6,
+            stored.nbytes() * 10 < want.nbytes() * 6,
             "16-bit storage is smaller"
         );
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
@@ -131,7 +132,7 @@ fn check_format(fmt: WeightFormat) {
                 crate::threads::set_num_threads(threads).unwrap();
                 crate::kernels::set_kernel(Some(k)).unwrap();
                 assert!(
-                    forward(&half, &ids, b) == reference,
+                    forward(&stored, &ids, b) == reference,
                     "{fmt:?} {k:?} {threads} threads tied={tied}"
                 );
             }
@@ -140,7 +141,7 @@ fn check_format(fmt: WeightFormat) {
         crate::threads::set_num_threads(before).unwrap();
         // Cached decoding reproduces the forward pass.
         let v = cfg.vocab_size;
-        let mut cache = half.new_cache(b);
+        let mut cache = stored.new_cache(b);
         let pre_ids: Vec<u32> = (0..b)
             .flat_map(|r| ids[r * t..r * t + 3].to_vec())
             .collect();
@@ -152,7 +153,7 @@ fn check_format(fmt: WeightFormat) {
             causal: true,
             want_hidden: false,
         };
-        half.run(&req, Some(&mut cache), &|| Ok(())).unwrap();
+        stored.run(&req, Some(&mut cache), &|| Ok(())).unwrap();
         for p in 3..t {
             let step: Vec<u32> = (0..b).map(|r| ids[r * t + p]).collect();
             let req = Request {
@@ -163,7 +164,10 @@ fn check_format(fmt: WeightFormat) {
                 causal: true,
                 want_hidden: false,
             };
-            let out = half.run(&req, Some(&mut cache), &|| Ok(())).unwrap().logits;
+            let out = stored
+                .run(&req, Some(&mut cache), &|| Ok(()))
+                .unwrap()
+                .logits;
             for r in 0..b {
                 let row = (r * t + p) * v;
                 assert!(
@@ -180,31 +184,28 @@ fn check_format(fmt: WeightFormat) {
 
 #[test]
 fn bf16_model_equals_rounded_f32_model() {
-    check_format(WeightFormat::Bf16);
+    check_format::<Bf16>();
 }
 
 #[test]
 fn f16_model_equals_rounded_f32_model() {
-    check_format(WeightFormat::F16);
+    check_format::<F16>();
 }
 
 /// Large tensors given as 16-bit patterns through `fetch` build the same model as rounding
 /// the float32 weights; the float32 map then needs only the small tensors.
 #[test]
 fn fetched_patterns_build_the_same_model() {
-    fn bits_of<H: HalfFormat>(v: &[f32]) -> Vec<u16> {
-        v.iter().map(|&x| H::from_f32(x).to_bits()).collect()
-    }
-    for fmt in [WeightFormat::Bf16, WeightFormat::F16] {
+    fn check<W: Float16Format>() {
+        let fmt = WeightFormat::named(W::FORMAT_NAME).unwrap();
         let cfg = config(false, false);
         let w = weights(&cfg, 12);
-        let small: Weights = w.iter().filter(|t| !is_half(t.2)).cloned().collect();
+        let small: Weights = w.iter().filter(|t| !is_stored(t.2)).cloned().collect();
         let fetch = |spec: &TensorSpec| -> Result<Option<Vec<u16>>> {
             let t = w.iter().find(|t| t.0 == spec.name).unwrap();
-            Ok(Some(match fmt {
-                WeightFormat::Bf16 => bits_of::<Bf16>(&t.3),
-                _ => bits_of::<F16>(&t.3),
-            }))
+            Ok(Some(
+                t.3.iter().map(|&x| W::from_f32(x).to_bits()).collect(),
+            ))
         };
         let a = Model::with_format(cfg.clone(), &map(&small), fmt, Some(&fetch)).unwrap();
         let b = Model::with_format(cfg.clone(), &map(&w), fmt, None).unwrap();
@@ -216,5 +217,46 @@ fn fetched_patterns_build_the_same_model() {
         };
         let e = Model::with_format(cfg.clone(), &map(&small), fmt, Some(&bad));
         assert!(matches!(e, Err(crate::Error::Value(ref s)) if s.contains("wte.weight")));
+    }
+    check::<Bf16>();
+    check::<F16>();
+}
+
+/// 16-bit patterns for a format that has none, or of the wrong count, are errors (never a
+/// panic); every registered format packs its patterns, which unpack to their widened values.
+#[test]
+fn patterns_for_the_wrong_format_or_shape_are_errors() {
+    let bits: Vec<u16> = (0..6u16).map(|i| 0x3f80 + i).collect();
+    let e = Packed::<f32>::pack_bits(&bits, 2, 3, false, WeightFormat::Full);
+    assert!(matches!(e, Err(crate::Error::Value(ref s)) if s.contains("16-bit patterns")));
+    let e = storage::<f64>(WeightFormat::Full).table_bits(bits.clone());
+    assert!(matches!(e, Err(crate::Error::Value(ref s)) if s.contains("16-bit patterns")));
+    for f in crate::formats::StoredFormat::all() {
+        let fmt = WeightFormat::Stored(*f);
+        for (k, n) in [(2, 2), (3, 3), (7, 1)] {
+            let e = Packed::<f32>::pack_bits(&bits, k, n, false, fmt);
+            assert!(
+                matches!(e, Err(crate::Error::Value(ref s)) if s.contains("(")),
+                "{k}x{n}"
+            );
+        }
+        let widen = f.bits16().unwrap().widen;
+        for transposed in [false, true] {
+            let p = Packed::<f32>::pack_bits(&bits, 2, 3, transposed, fmt).unwrap();
+            assert_eq!((p.rows(), p.cols(), p.format()), (2, 3, fmt));
+            let want: Vec<f32> = if transposed {
+                // The patterns are (3, 2), read transposed.
+                (0..6)
+                    .map(|x| widen(&[bits[(x % 3) * 2 + x / 3]])[0])
+                    .collect()
+            } else {
+                widen(&bits)
+            };
+            assert!(p
+                .unpack()
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
     }
 }

@@ -1,9 +1,11 @@
-//! 16-bit weights: rounding float32 to bfloat16 / float16 and back, and half-size packed
-//! right-hand sides for `matmul`.
+//! Weight storage formats from Python: their names (`dtype`, `weight_dtype`), rounding float32
+//! to a 16-bit format's patterns and back, and packed right-hand sides stored in a format for
+//! `matmul`. Every registered format of the core is taken by name ([`WeightFormat::named`]).
 
 use crate::convert::{detach, to_py_err, view2};
-use gptcore_core::gemm::{self, Kernel, MatRef, Options, PackedB};
-use gptcore_core::half::{Bf16, HalfFormat, WeightFormat, F16};
+use gptcore_core::decoder::Packed;
+use gptcore_core::formats::{Bits16, StoredFormat, WeightFormat};
+use gptcore_core::gemm::{Kernel, Options};
 use numpy::{
     PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn,
     PyUntypedArrayMethods,
@@ -11,15 +13,36 @@ use numpy::{
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-/// "bfloat16" or "float16" (the names numpy and ml_dtypes use).
-pub fn parse_format(what: &str, name: &str) -> PyResult<WeightFormat> {
-    match name {
-        "bfloat16" => Ok(WeightFormat::Bf16),
-        "float16" => Ok(WeightFormat::F16),
-        _ => Err(PyValueError::new_err(format!(
-            "{what} must be 'bfloat16' or 'float16', got {name:?}"
-        ))),
+/// The registered formats' names, quoted: `'bfloat16' or 'float16'`.
+fn format_names() -> String {
+    let names: Vec<String> = StoredFormat::all()
+        .iter()
+        .map(|f| format!("'{}'", f.name()))
+        .collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.concat(),
     }
+}
+
+/// A registered format's name ("bfloat16", "float16": the names numpy and ml_dtypes use),
+/// else a ValueError naming the argument `what` and the formats there are.
+pub fn parse_format(what: &str, name: &str) -> PyResult<WeightFormat> {
+    WeightFormat::named(name).ok_or_else(|| {
+        PyValueError::new_err(format!("{what} must be {}, got {name:?}", format_names()))
+    })
+}
+
+/// The 16-bit conversions of the format named `name`.
+fn bits16(name: &str) -> PyResult<Bits16> {
+    let WeightFormat::Stored(f) = parse_format("dtype", name)? else {
+        unreachable!("parse_format names a stored format")
+    };
+    f.bits16().ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "dtype {name:?} does not store 16-bit values (no bit patterns to convert)"
+        ))
+    })
 }
 
 fn contiguous<'py, T: numpy::Element + Copy>(
@@ -38,14 +61,6 @@ fn contiguous<'py, T: numpy::Element + Copy>(
     Ok((v, shape))
 }
 
-fn bits_of<H: HalfFormat>(x: &[f32]) -> Vec<u16> {
-    x.iter().map(|&v| H::from_f32(v).to_bits()).collect()
-}
-
-fn values_of<H: HalfFormat>(b: &[u16]) -> Vec<f32> {
-    b.iter().map(|&v| H::from_bits(v).to_f32()).collect()
-}
-
 /// float32 values -> their 16-bit patterns in `fmt` (round to nearest even).
 #[pyfunction]
 fn _to_half_bits<'py>(
@@ -53,12 +68,9 @@ fn _to_half_bits<'py>(
     x: &Bound<'py, PyAny>,
     fmt: &str,
 ) -> PyResult<Bound<'py, PyArrayDyn<u16>>> {
-    let f = parse_format("dtype", fmt)?;
+    let round = bits16(fmt)?.round;
     let (v, shape) = contiguous::<f32>("to_half_bits", x, "float32")?;
-    let out = detach(py, || match f {
-        WeightFormat::Bf16 => bits_of::<Bf16>(&v),
-        _ => bits_of::<F16>(&v),
-    })?;
+    let out = detach(py, || round(&v))?;
     PyArray1::from_vec(py, out).reshape(shape)
 }
 
@@ -69,47 +81,25 @@ fn _from_half_bits<'py>(
     bits: &Bound<'py, PyAny>,
     fmt: &str,
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-    let f = parse_format("dtype", fmt)?;
+    let widen = bits16(fmt)?.widen;
     let (v, shape) = contiguous::<u16>("from_half_bits", bits, "uint16")?;
-    let out = detach(py, || match f {
-        WeightFormat::Bf16 => values_of::<Bf16>(&v),
-        _ => values_of::<F16>(&v),
-    })?;
+    let out = detach(py, || widen(&v))?;
     PyArray1::from_vec(py, out).reshape(shape)
 }
 
-/// A half-size packed right-hand side.
-pub enum HalfPacked {
-    Bf16(PackedB<Bf16>),
-    F16(PackedB<F16>),
+/// A right-hand side packed in a storage format (float32 products).
+pub struct StoredPacked {
+    inner: Packed<f32>,
+    format: WeightFormat,
 }
 
-impl HalfPacked {
+impl StoredPacked {
     /// Packs a 2-D float32 array (rounded to `f`) or uint16 array (the patterns of `f`).
     pub fn new(py: Python<'_>, b: &Bound<'_, PyAny>, f: WeightFormat) -> PyResult<Self> {
-        fn pack<H: HalfFormat + gemm::PanelValue>(
-            py: Python<'_>,
-            bits: Vec<u16>,
-            k: usize,
-            n: usize,
-        ) -> PyResult<PackedB<H>> {
-            let h = gptcore_core::half::from_bits_vec::<H>(bits);
-            detach(py, || PackedB::try_pack(MatRef::from_slice(&h, k, n)))?.map_err(to_py_err)
-        }
-        let (bits, k, n) = if let Ok(a) = b.extract::<PyReadonlyArray2<f32>>() {
+        let inner = if let Ok(a) = b.extract::<PyReadonlyArray2<f32>>() {
             let v = view2(&a);
             let v = v.mat();
-            let mut vals = Vec::with_capacity(v.rows * v.cols);
-            for i in 0..v.rows {
-                for j in 0..v.cols {
-                    vals.push(v.at(i, j));
-                }
-            }
-            let bits = match f {
-                WeightFormat::Bf16 => bits_of::<Bf16>(&vals),
-                _ => bits_of::<F16>(&vals),
-            };
-            (bits, v.rows, v.cols)
+            detach(py, || Packed::pack(v, f))?.map_err(to_py_err)?
         } else if let Ok(a) = b.extract::<PyReadonlyArray2<u16>>() {
             let v = view2(&a);
             let v = v.mat();
@@ -119,7 +109,8 @@ impl HalfPacked {
                     bits.push(v.at(i, j));
                 }
             }
-            (bits, v.rows, v.cols)
+            let (k, n) = (v.rows, v.cols);
+            detach(py, || Packed::pack_bits(&bits, k, n, false, f))?.map_err(to_py_err)?
         } else {
             return Err(PyTypeError::new_err(format!(
                 "PackedMatrix: with dtype={:?}, b must be a 2-D float32 array (rounded to {0}) \
@@ -127,29 +118,17 @@ impl HalfPacked {
                 f.name()
             )));
         };
-        Ok(match f {
-            WeightFormat::Bf16 => HalfPacked::Bf16(pack(py, bits, k, n)?),
-            _ => HalfPacked::F16(pack(py, bits, k, n)?),
-        })
+        Ok(StoredPacked { inner, format: f })
     }
 
     pub fn shape(&self) -> (usize, usize) {
-        match self {
-            HalfPacked::Bf16(p) => (p.rows(), p.cols()),
-            HalfPacked::F16(p) => (p.rows(), p.cols()),
-        }
+        (self.inner.rows(), self.inner.cols())
     }
     pub fn nbytes(&self) -> usize {
-        match self {
-            HalfPacked::Bf16(p) => p.nbytes(),
-            HalfPacked::F16(p) => p.nbytes(),
-        }
+        self.inner.nbytes()
     }
     pub fn dtype(&self) -> &'static str {
-        match self {
-            HalfPacked::Bf16(_) => "bfloat16",
-            HalfPacked::F16(_) => "float16",
-        }
+        self.format.name()
     }
 
     /// `a @ self` for a 2-D float32 `a`.
@@ -180,10 +159,7 @@ impl HalfPacked {
         let mut c =
             gptcore_core::memory::try_zeroed::<f32>(len, "matmul output").map_err(to_py_err)?;
         let opts = Options::with_kernel(kernel);
-        detach(py, || match self {
-            HalfPacked::Bf16(p) => gemm::gemm_packed(av, p, &mut c, n, &opts),
-            HalfPacked::F16(p) => gemm::gemm_packed(av, p, &mut c, n, &opts),
-        })?;
+        detach(py, || self.inner.gemm(av, &mut c, n, &opts))?;
         Ok(PyArray1::from_vec(py, c).reshape([m, n])?.into_any())
     }
 }

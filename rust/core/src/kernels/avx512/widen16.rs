@@ -1,13 +1,10 @@
-//! AVX-512F kernels against half-size B (bfloat16 or float16 panels, float32 A and C): the
+//! AVX-512F kernels against 16-bit B (bfloat16 or float16 panels, float32 A and C): the
 //! float32 tile (12 x 32) and wide (1-3 rows x 4 panels) kernels with each 16-value half of a
 //! B step loaded as 32 bytes and widened in a register (bfloat16: zero-extend and shift left
 //! by 16; float16: `vcvtph2ps`), both exact, then the same FMA chain as the float32 kernels.
 
-// The kernels take the tile's pointers, strides and sizes one by one, as the TileFn / WideFn
-// signatures do.
-#![allow(clippy::too_many_arguments)]
-
-use crate::half::{Bf16, F16};
+use crate::formats::{Bf16, F16};
+use crate::kernels::contract::{by_rows, TileArgs, TileAux, WideArgs};
 use std::arch::x86_64::*;
 
 /// Rows of a tile (the A panel height these kernels read).
@@ -15,16 +12,12 @@ pub const MR: usize = 12;
 
 /// Software prefetch of the packed 16-bit B panels, in depth steps ahead (one step of a panel
 /// is 64 bytes, one cache line; 16-bit panels are stored step by step). The tile kernel: 64
-/// steps = 4 KiB; the wide kernel, which
-/// reads four panels side by side: 16 steps of each = 4 KiB in all. On the 2-core Sapphire
-/// Rapids Xeon, one thread, GPT-2 small decode with float16 weights (alternating in one
-/// process): 8 sequences 155-163 -> 222-241 tokens/s (16 steps: 190-206); one sequence
-/// 45-48 -> 52-56 tokens/s (8 steps: 51-53). The hardware prefetcher alone leaves the loads
-/// waiting on memory (the widening instructions took the stall cycles in `perf annotate`).
+/// steps = 4 KiB; the wide kernel, which reads four panels side by side: 16 steps of each =
+/// 4 KiB in all. The hardware prefetcher alone leaves the loads waiting on memory in decoding
+/// (the widening instructions take the stall cycles).
 const PF_TILE: usize = 64;
-/// The tile kernel's distance for a full 12-row tile (prefill): 32 steps = 2 KiB. A forward
-/// over 1 x 128 tokens, one thread, against the float32 model in the same rounds: no prefetch
-/// 0.89 x, 16 steps 0.94 x, 32 steps 0.95-0.98 x (adding A 32 steps ahead: no change).
+/// The tile kernel's distance for a full 12-row tile (prefill, a panel read from L2 once per
+/// tile): 32 steps = 2 KiB.
 const PF_TILE_FULL: usize = 32;
 const PF_WIDE: usize = 16;
 
@@ -51,20 +44,13 @@ fn lane_mask(live: usize) -> __mmask16 {
     ((1u32 << live.min(16)) - 1) as __mmask16
 }
 
-macro_rules! avx512_half {
+macro_rules! avx512_widen16 {
     ($H:ty, $widen:ident, $tile_entry:ident, $tile:ident, $wide_entry:ident, $wide:ident) => {
         #[target_feature(enable = "avx512f")]
-        unsafe fn $tile<const M: usize>(
-            cols: usize,
-            kc: usize,
-            a: *const f32,
-            b: *const $H,
-            ldb: usize,
-            hoff: usize,
-            c: *mut f32,
-            ldc: usize,
-            accumulate: bool,
-        ) {
+        unsafe fn $tile<const M: usize>(t: &TileArgs<f32, $H>) {
+            let TileArgs { cols, kc, a, accumulate, .. } = *t;
+            let (b, ldb, hoff) = (t.b.ptr, t.b.ldb, t.b.hoff);
+            let (c, ldc) = (t.c.ptr, t.c.ldc);
             let m0 = lane_mask(cols);
             let m1 = lane_mask(cols.saturating_sub(16));
             let mut acc0 = [_mm512_setzero_ps(); M];
@@ -107,18 +93,10 @@ macro_rules! avx512_half {
         }
 
         #[target_feature(enable = "avx512f")]
-        unsafe fn $wide<const M: usize>(
-            cols_last: usize,
-            kc: usize,
-            a: *const f32,
-            b: *const $H,
-            ldb: usize,
-            hoff: usize,
-            bstride: usize,
-            c: *mut f32,
-            ldc: usize,
-            accumulate: bool,
-        ) {
+        unsafe fn $wide<const M: usize>(w: &WideArgs<f32, $H>) {
+            let WideArgs { cols_last, kc, a, bstride, accumulate, .. } = *w;
+            let (b, ldb, hoff) = (w.b.ptr, w.b.ldb, w.b.hoff);
+            let (c, ldc) = (w.c.ptr, w.c.ldc);
             let full: __mmask16 = !0;
             let masks = [
                 full,
@@ -184,62 +162,21 @@ macro_rules! avx512_half {
         }
 
         /// # Safety
-        /// See [`crate::kernels::WideFn`]; the CPU supports AVX-512F; rows <= 3.
-        pub unsafe fn $wide_entry(
-            rows: usize,
-            cols_last: usize,
-            kc: usize,
-            a: *const f32,
-            b: *const $H,
-            ldb: usize,
-            hoff: usize,
-            bstride: usize,
-            c: *mut f32,
-            ldc: usize,
-            accumulate: bool,
-        ) {
-            match rows {
-                3 => $wide::<3>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
-                2 => $wide::<2>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
-                1 => $wide::<1>(cols_last, kc, a, b, ldb, hoff, bstride, c, ldc, accumulate),
-                _ => {}
-            }
+        /// See [`crate::kernels::WideArgs`]; the CPU supports AVX-512F; rows <= 3.
+        pub unsafe fn $wide_entry(w: &WideArgs<f32, $H>) {
+            by_rows!(w.rows, [3, 2, 1], R => $wide::<R>(w))
         }
 
         /// # Safety
-        /// See [`crate::kernels::TileFn`]; the CPU supports AVX-512F; rows <= 12.
-        pub unsafe fn $tile_entry(
-            rows: usize,
-            cols: usize,
-            kc: usize,
-            a: *const f32,
-            b: *const $H,
-            ldb: usize,
-            hoff: usize,
-            c: *mut f32,
-            ldc: usize,
-            accumulate: bool,
-        ) {
-            match rows {
-                12 => $tile::<12>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                11 => $tile::<11>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                10 => $tile::<10>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                9 => $tile::<9>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                8 => $tile::<8>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                7 => $tile::<7>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                6 => $tile::<6>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                5 => $tile::<5>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                4 => $tile::<4>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                3 => $tile::<3>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                2 => $tile::<2>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                1 => $tile::<1>(cols, kc, a, b, ldb, hoff, c, ldc, accumulate),
-                _ => {}
-            }
+        /// See [`crate::kernels::TileArgs`]; the CPU supports AVX-512F; rows <= 12. Nothing
+        /// is done beside the tile (no copy, no prefetch run).
+        pub unsafe fn $tile_entry(t: &TileArgs<f32, $H>, _: &TileAux<$H>) {
+            by_rows!(t.rows, [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1], R => $tile::<R>(t))
         }
     };
 }
 
-avx512_half!(
+avx512_widen16!(
     Bf16,
     widen_bf16,
     tile_bf16,
@@ -247,7 +184,7 @@ avx512_half!(
     wide_bf16,
     wide_rows_bf16
 );
-avx512_half!(
+avx512_widen16!(
     F16,
     widen_f16,
     tile_f16,

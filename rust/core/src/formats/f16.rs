@@ -1,71 +1,45 @@
-//! Half-size storage: bfloat16 and float16 values kept as their 16-bit patterns, widened to
-//! float32 (exactly) wherever they are computed with.
-//!
-//! * Widening is exact: every bfloat16 and every float16 value (subnormals, infinities
-//!   included) is a float32 value. bfloat16 is the top half of a float32 (a 16-bit shift);
-//!   float16 widens through F16C's `vcvtph2ps` in the x86 kernels and [`F16::to_f32`]
-//!   elsewhere, which give the same bits (a NaN comes out quiet, its payload kept).
-//! * Rounding ([`HalfFormat::from_f32`]) is IEEE round to nearest, ties to even; a NaN stays a
-//!   (quiet) NaN with its sign; a value beyond the largest finite one rounds to infinity when
-//!   IEEE says so (float16: from 65520 in magnitude up).
-//!
-//! Hence the contract of the half-size products: a product with a half-size right-hand side
-//! gives, bit for bit, the float32 product whose right-hand side holds the widened values.
+//! float16 (IEEE binary16: sign, 5 exponent bits, 10 mantissa bits), kept as its 16-bit
+//! pattern. Widening is exact for every pattern: F16C's `vcvtph2ps` in the x86 kernels,
+//! `fcvtl` in the NEON ones and [`F16::to_f32`](super::Float16Format::to_f32) elsewhere give
+//! the same bits (a NaN comes out quiet, its payload kept). Rounding from float32 is to
+//! nearest, ties to even, overflowing to infinity from 65520 in magnitude up.
 
-/// A 16-bit storage format.
-pub trait HalfFormat:
-    Copy + Send + Sync + Default + PartialEq + Eq + std::fmt::Debug + 'static
-{
-    /// `"bfloat16"` or `"float16"`.
-    const NAME: &'static str;
-    fn from_bits(bits: u16) -> Self;
-    fn to_bits(self) -> u16;
-    /// The exact float32 value.
-    fn to_f32(self) -> f32;
-    /// `x` rounded to nearest, ties to even (NaN stays NaN, quiet).
-    fn from_f32(x: f32) -> Self;
-}
-
-/// bfloat16: sign, 8 exponent bits, 7 mantissa bits (the top half of a float32).
-#[repr(transparent)]
-#[derive(Clone, Copy, Default, PartialEq, Eq, Debug, Hash)]
-pub struct Bf16(pub u16);
+use super::format::{
+    widen_values, BPanel, Bits16, Float16Format, StorageFormat, ValueFormat, WidensTo,
+};
+use crate::Element;
 
 /// IEEE binary16: sign, 5 exponent bits, 10 mantissa bits.
 #[repr(transparent)]
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug, Hash)]
 pub struct F16(pub u16);
 
-impl HalfFormat for Bf16 {
-    const NAME: &'static str = "bfloat16";
+// SAFETY: any 16 bits are a float16 value, zero bits +0; a step of a panel is PANEL_NR values.
+unsafe impl StorageFormat for F16 {
+    const FORMAT_NAME: &'static str = "float16";
+    const BLOCK_K: usize = 1;
+    /// float32's panel width (the kernels widen one 16-lane half of a step at a time).
+    const PANEL_NR: usize = <f32 as StorageFormat>::PANEL_NR;
+    const PANEL_BLOCK_UNITS: usize = Self::PANEL_NR;
+    const HALVES: bool = false;
+    const ZERO_UNIT: Self = F16(0);
+    /// float32's depth blocks.
+    const PANEL_KC_MAX: usize = <f32 as StorageFormat>::PANEL_KC_MAX;
+    const BITS16: Option<Bits16> = Some(Bits16::of::<F16>());
+}
+
+impl ValueFormat for F16 {}
+
+/// float32 -> `T` is exact for both compute types.
+impl<T: Element> WidensTo<T> for F16 {
     #[inline(always)]
-    fn from_bits(bits: u16) -> Self {
-        Bf16(bits)
-    }
-    #[inline(always)]
-    fn to_bits(self) -> u16 {
-        self.0
-    }
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        f32::from_bits((self.0 as u32) << 16)
-    }
-    #[inline]
-    fn from_f32(x: f32) -> Self {
-        let b = x.to_bits();
-        if x.is_nan() {
-            // Keep the sign and the top of the payload; set the quiet bit.
-            return Bf16(((b >> 16) as u16) | 0x0040);
-        }
-        // Round to nearest even on the low 16 bits; a carry into the exponent is the right
-        // answer (up to infinity, 0x7f80, from the largest finite values).
-        let lsb = (b >> 16) & 1;
-        Bf16((b.wrapping_add(0x7fff + lsb) >> 16) as u16)
+    unsafe fn widen_step(b: &BPanel<Self>, kk: usize, out: &mut [T]) {
+        widen_values(b, kk, out, |v| T::from_f64(v.to_f32() as f64))
     }
 }
 
-impl HalfFormat for F16 {
-    const NAME: &'static str = "float16";
+// SAFETY: `repr(transparent)` over its 16-bit pattern.
+unsafe impl Float16Format for F16 {
     #[inline(always)]
     fn from_bits(bits: u16) -> Self {
         F16(bits)
@@ -139,64 +113,6 @@ impl HalfFormat for F16 {
     }
 }
 
-/// Rounds every value of `src` into `dst` (same length).
-pub fn round_slice<H: HalfFormat>(src: &[f32], dst: &mut [H]) {
-    assert_eq!(src.len(), dst.len());
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = H::from_f32(s);
-    }
-}
-
-/// Widens every value of `src` into `dst` (same length).
-pub fn widen_slice<H: HalfFormat>(src: &[H], dst: &mut [f32]) {
-    assert_eq!(src.len(), dst.len());
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = s.to_f32();
-    }
-}
-
-/// Views 16-bit patterns as values of a half format (the same bits, no copy).
-pub fn from_bits_slice<H: HalfFormat>(bits: &[u16]) -> &[H] {
-    // SAFETY: Bf16 and F16 are `repr(transparent)` over u16 (the only implementors).
-    unsafe { std::slice::from_raw_parts(bits.as_ptr() as *const H, bits.len()) }
-}
-
-/// A vector of 16-bit patterns as a vector of half values (the same allocation).
-pub fn from_bits_vec<H: HalfFormat>(bits: Vec<u16>) -> Vec<H> {
-    debug_assert_eq!(std::mem::size_of::<H>(), 2);
-    let mut v = std::mem::ManuallyDrop::new(bits);
-    // SAFETY: H is `repr(transparent)` over u16: same size and alignment.
-    unsafe { Vec::from_raw_parts(v.as_mut_ptr() as *mut H, v.len(), v.capacity()) }
-}
-
-/// The storage format of a model's weight matrices and embedding tables.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WeightFormat {
-    /// The model's compute type (float32 or float64).
-    Full,
-    Bf16,
-    F16,
-}
-
-impl WeightFormat {
-    pub fn name(self) -> &'static str {
-        match self {
-            WeightFormat::Full => "full",
-            WeightFormat::Bf16 => "bfloat16",
-            WeightFormat::F16 => "float16",
-        }
-    }
-}
-
-/// Rounds `x` to `format` and widens it back (`Full`: `x` itself).
-pub fn round_f32(x: f32, format: WeightFormat) -> f32 {
-    match format {
-        WeightFormat::Full => x,
-        WeightFormat::Bf16 => Bf16::from_f32(x).to_f32(),
-        WeightFormat::F16 => F16::from_f32(x).to_f32(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,18 +148,6 @@ mod tests {
                 assert_eq!(v.is_sign_negative(), h & 0x8000 != 0);
                 // Widening then rounding gives the pattern back.
                 assert_eq!(F16::from_f32(v).0, h);
-            }
-        }
-    }
-
-    #[test]
-    fn bf16_round_trip_every_pattern() {
-        for h in 0..=u16::MAX {
-            let v = Bf16(h).to_f32();
-            if v.is_nan() {
-                assert!(Bf16::from_f32(v).to_f32().is_nan());
-            } else {
-                assert_eq!(Bf16::from_f32(v).0, h);
             }
         }
     }
@@ -286,8 +190,8 @@ mod tests {
             2.9802326e-8,
             8.940697e-8,
             1.0009766,
-            1.00048828125,
-            1.00146484375,
+            1.0 + 2f32.powi(-11),
+            1.0 + 3.0 * 2f32.powi(-11),
         ];
         for _ in 0..3000 {
             rng ^= rng << 13;
@@ -309,21 +213,8 @@ mod tests {
     fn special_values() {
         assert_eq!(F16::from_f32(f32::INFINITY).0, 0x7c00);
         assert_eq!(F16::from_f32(f32::NEG_INFINITY).0, 0xfc00);
-        assert_eq!(Bf16::from_f32(f32::INFINITY).0, 0x7f80);
-        assert_eq!(Bf16::from_f32(f32::MAX).0, 0x7f80);
-        assert_eq!(Bf16::from_f32(-f32::MAX).0, 0xff80);
         let snan = f32::from_bits(0x7f80_0001);
-        assert!(Bf16::from_f32(snan).to_f32().is_nan());
         assert!(F16::from_f32(snan).to_f32().is_nan());
         assert!(F16::from_f32(f32::NAN).to_f32().is_nan());
-        // bfloat16 ties: 1 + 2^-8 is halfway between 1 and 1 + 2^-7: to even (1).
-        assert_eq!(Bf16::from_f32(1.0 + 2f32.powi(-8)).to_f32(), 1.0);
-        assert_eq!(
-            Bf16::from_f32(1.0 + 3.0 * 2f32.powi(-8)).to_f32(),
-            1.0 + 2.0 * 2f32.powi(-7)
-        );
-        // Subnormal float32 inputs keep their bfloat16 meaning.
-        let tiny = f32::from_bits(0x0001_8000);
-        assert_eq!(Bf16::from_f32(tiny).0, 0x0002);
     }
 }

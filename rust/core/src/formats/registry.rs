@@ -1,0 +1,141 @@
+//! The registration of the storage formats ([`for_each_stored_format!`], the one place that
+//! lists them) and the formats as values known by name ([`StoredFormat`], [`WeightFormat`]).
+
+use super::format::{Bits16, StorageFormat};
+
+/// Calls macro `$m` with every storage format below the compute types, once: the one
+/// registration of a format (see the module documentation). Each entry is
+/// `type => name of the kernel families' method for it`.
+macro_rules! for_each_stored_format {
+    ($m:ident) => {
+        $m! {
+            $crate::formats::Bf16 => bf16,
+            $crate::formats::F16 => f16,
+        }
+    };
+}
+pub(crate) use for_each_stored_format;
+
+/// A registered storage format, known by name ([`WeightFormat::Stored`]).
+#[derive(Clone, Copy, Debug)]
+pub struct StoredFormat {
+    name: &'static str,
+    bits16: Option<Bits16>,
+}
+
+impl StoredFormat {
+    /// The entry of format `W`.
+    const fn of<W: StorageFormat>() -> StoredFormat {
+        StoredFormat {
+            name: W::FORMAT_NAME,
+            bits16: W::BITS16,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.name
+    }
+
+    /// The 16-bit conversions, for a format of 16-bit values.
+    pub fn bits16(self) -> Option<Bits16> {
+        self.bits16
+    }
+
+    /// Every registered format, in registration order.
+    pub fn all() -> &'static [StoredFormat] {
+        macro_rules! list {
+            ($($W:ty => $method:ident),* $(,)?) => {
+                {
+                    static ALL: &[StoredFormat] = &[$(StoredFormat::of::<$W>()),*];
+                    ALL
+                }
+            };
+        }
+        for_each_stored_format!(list)
+    }
+
+    /// The registered format called `name`.
+    pub fn named(name: &str) -> Option<StoredFormat> {
+        Self::all().iter().copied().find(|f| f.name == name)
+    }
+}
+
+impl PartialEq for StoredFormat {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for StoredFormat {}
+
+/// The storage format of a model's weight matrices and embedding tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// The model's compute type (float32 or float64).
+    Full,
+    /// A registered format, widened exactly to the compute type where it is read.
+    Stored(StoredFormat),
+}
+
+impl WeightFormat {
+    /// `"full"`, or the stored format's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::Full => "full",
+            WeightFormat::Stored(f) => f.name(),
+        }
+    }
+
+    /// The registered format called `name` (`None` for any other name, `"full"` included).
+    pub fn named(name: &str) -> Option<WeightFormat> {
+        StoredFormat::named(name).map(WeightFormat::Stored)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::{Bf16, Float16Format, F16};
+
+    /// Every registered format is found by its name and by nothing else, the names are
+    /// distinct, and a 16-bit format's conversions round and widen as its type does.
+    #[test]
+    fn the_registry_lists_every_format_once() {
+        let names: Vec<&str> = StoredFormat::all().iter().map(|f| f.name()).collect();
+        assert_eq!(names, ["bfloat16", "float16"]);
+        for f in StoredFormat::all() {
+            assert_eq!(StoredFormat::named(f.name()), Some(*f));
+            assert_eq!(WeightFormat::named(f.name()).unwrap().name(), f.name());
+        }
+        for bad in ["full", "float32", "BFLOAT16", "", "q8_0"] {
+            assert!(WeightFormat::named(bad).is_none(), "{bad}");
+        }
+        let x = [
+            1.0f32,
+            1.0 + 2f32.powi(-8),
+            -3.3e38,
+            65520.0,
+            f32::MIN_POSITIVE,
+        ];
+        for (f, round, widen) in [
+            (
+                "bfloat16",
+                (|v: f32| Bf16::from_f32(v).to_bits()) as fn(f32) -> u16,
+                (|b: u16| Bf16::from_bits(b).to_f32()) as fn(u16) -> f32,
+            ),
+            (
+                "float16",
+                |v| F16::from_f32(v).to_bits(),
+                |b| F16::from_bits(b).to_f32(),
+            ),
+        ] {
+            let bits = StoredFormat::named(f).unwrap().bits16().unwrap();
+            let got = (bits.round)(&x);
+            assert_eq!(got, x.map(round), "{f}");
+            let back = (bits.widen)(&got);
+            assert!(back
+                .iter()
+                .zip(&got)
+                .all(|(v, &b)| v.to_bits() == widen(b).to_bits()));
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Products against B in a storage format: every family's kernels, bit for bit against the
+//! reference loop run on the widened values; packing round trips; and a block format (the
+//! shape of `q8_0`: a scale per block of depth steps and column), packed by a packer of its own
+//! and run by the portable kernels through the loops, which the format abstraction must admit.
+
+use super::*;
+use crate::formats::{BPanel, Bf16, Float16Format, StorageFormat, WidensTo, F16};
+use crate::kernels::{HasKernels, KernelsFor};
+use crate::threads;
+use rand::{Rng, SeedableRng};
+
+/// B rounded to `H`, and its widened values.
+fn rounded<H: Float16Format>(b: &[f32]) -> (Vec<H>, Vec<f32>) {
+    let h: Vec<H> = b.iter().map(|&x| H::from_f32(x)).collect();
+    let w = h.iter().map(|x| x.to_f32()).collect();
+    (h, w)
+}
+
+/// `c` (rows `ldc` apart, NaN-filled past the product) against the reference `want` (m x n).
+fn assert_product(c: &[f32], want: &[f32], m: usize, n: usize, ldc: usize, what: &str) {
+    for i in 0..m {
+        for j in 0..n {
+            assert_eq!(
+                c[i * ldc + j].to_bits(),
+                want[i * n + j].to_bits(),
+                "{what} {m}x{n} at ({i},{j})"
+            );
+        }
+        for j in n..ldc {
+            assert_eq!(c[i * ldc + j].to_bits(), 0x7fc0_1234, "wrote past the row");
+        }
+    }
+    assert!(c[m * ldc..].iter().all(|x| x.to_bits() == 0x7fc0_1234));
+}
+
+fn check<H: Float16Format>(rng: &mut rand::rngs::StdRng, m: usize, k: usize, n: usize)
+where
+    f32: KernelsFor<H>,
+{
+    // Values of mixed magnitudes, so that rounding matters and float16 hits its subnormals.
+    let a: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+    let b: Vec<f32> = (0..k * n)
+        .map(|_| rng.gen_range(-1.0f32..1.0) * 2f32.powi(rng.gen_range(-20..4)))
+        .collect();
+    let (bh, bw) = rounded::<H>(&b);
+    let mut want = vec![0.0f32; m * n];
+    gemm_reference(
+        MatRef::from_slice(&a, m, k),
+        MatRef::from_slice(&bw, k, n),
+        &mut want,
+    );
+    let packed = PackedB::pack(MatRef::from_slice(&bh, k, n));
+    assert_eq!(packed.rows(), k);
+    // A transposed view packs to the same panels.
+    let bt: Vec<H> = (0..n * k).map(|x| bh[(x % k) * n + x / k]).collect();
+    let packed_t = PackedB::pack(unsafe { MatRef::from_raw(bt.as_ptr(), k, n, 1, k as isize) });
+    assert!(packed.values() == packed_t.values());
+    // Unpacked and widened: the widened B.
+    let unpacked: Vec<f32> = packed.unpack_widened();
+    assert!(unpacked
+        .iter()
+        .zip(&bw)
+        .all(|(x, y)| x.to_bits() == y.to_bits()));
+    let ldc = n + 3;
+    for kernel in available() {
+        for (p, what) in [(&packed, "rows"), (&packed_t, "transposed")] {
+            let mut c = vec![f32::from_bits(0x7fc0_1234); (m + 1) * ldc];
+            gemm_packed(
+                MatRef::from_slice(&a, m, k),
+                p,
+                &mut c,
+                ldc,
+                &Options::with_kernel(kernel),
+            );
+            let what = format!("{} {kernel:?} {what} k={k}", H::FORMAT_NAME);
+            assert_product(&c, &want, m, n, ldc, &what);
+        }
+    }
+}
+
+fn shapes<H: Float16Format>(seed: u64)
+where
+    f32: KernelsFor<H>,
+{
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let kc = f32::KC_MAX;
+    // Rows: the wide kernel's 1-3, tile edges, several row tiles; columns: partial panels, the
+    // wide kernel's four panels and more; depth: one step, several depth blocks.
+    for &m in &[1, 2, 3, 4, 5, 12, 13, 25] {
+        for &n in &[1, 17, 31, 32, 33, 128, 130, 200] {
+            for &k in &[1, 7, kc + 5] {
+                check::<H>(&mut rng, m, k, n);
+            }
+        }
+    }
+}
+
+#[test]
+fn stored_format_kernels_match_reference_on_widened_values() {
+    let before = threads::num_threads();
+    for t in 1..=3 {
+        threads::set_num_threads(t).unwrap();
+        shapes::<Bf16>(10 + t as u64);
+        shapes::<F16>(20 + t as u64);
+    }
+    // Large enough for the parallel path.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for t in 1..=3 {
+        threads::set_num_threads(t).unwrap();
+        check::<Bf16>(&mut rng, 40, 300, 520);
+        check::<F16>(&mut rng, 2, 800, 1000);
+    }
+    threads::set_num_threads(before).unwrap();
+}
+
+#[test]
+fn packing_16_bit_values_round_trips_and_pads_with_zero() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let (k, n) = (f32::KC_MAX + 9, 45);
+    let bits: Vec<Bf16> = (0..k * n).map(|_| Bf16(rng.gen())).collect();
+    let p = PackedB::pack(MatRef::from_slice(&bits, k, n));
+    assert!(p.unpack() == bits);
+    assert_eq!(p.nbytes(), k * 64 * 2);
+    // The padding columns of the last panel hold the zero pattern.
+    let zeros = p.values().iter().filter(|x| x.0 == 0).count();
+    assert!(zeros >= k * (64 - n));
+}
+
+/// Depth blocks for a format of blocks: whole blocks (the last block of K excepted), at most
+/// the largest depth block rounded up to whole blocks, covering K in order; with blocks of one
+/// step, the plain equal blocks.
+#[test]
+fn depth_blocks_are_whole_format_blocks() {
+    for k in (0..300).chain([767, 768, 769, 3072, 3100]) {
+        assert_eq!(KBlocks::aligned(k, 384, 1), KBlocks::new(k, 384));
+        for (kc_max, align) in [(384, 32), (100, 32), (24, 8), (5, 8), (64, 64)] {
+            let kb = KBlocks::aligned(k, kc_max, align);
+            let mut next = 0;
+            for p in 0..kb.count {
+                let (k0, kc) = kb.block(p);
+                assert_eq!(k0, next, "k={k} kc_max={kc_max} align={align}");
+                assert!(kc > 0 && kc <= kc_max.div_ceil(align) * align);
+                assert!(kc % align == 0 || k0 + kc == k, "k={k} p={p} kc={kc}");
+                next = k0 + kc;
+            }
+            assert_eq!(next, k, "k={k} kc_max={kc_max} align={align}");
+        }
+    }
+}
+
+/// A block format for tests, the shape of `q8_0` in small: blocks of [`BLOCK`] depth steps,
+/// each holding, per panel, the [`MOCK_NR`] columns' float16 scales and then the block's steps
+/// of small integers `q` (a step `MOCK_NR` units); a weight is `scale * q`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Blocks(u16);
+
+const BLOCK: usize = 8;
+const MOCK_NR: usize = 32;
+
+// SAFETY: any 16 bits are a unit; the panels' layout is `PANEL_BLOCK_UNITS` a block.
+unsafe impl StorageFormat for Blocks {
+    const FORMAT_NAME: &'static str = "test-blocks";
+    const BLOCK_K: usize = BLOCK;
+    const PANEL_NR: usize = MOCK_NR;
+    const PANEL_BLOCK_UNITS: usize = MOCK_NR + BLOCK * MOCK_NR;
+    const HALVES: bool = false;
+    const ZERO_UNIT: Self = Blocks(0);
+    const PANEL_KC_MAX: usize = 24;
+}
+
+impl WidensTo<f32> for Blocks {
+    unsafe fn widen_step(b: &BPanel<Self>, kk: usize, out: &mut [f32]) {
+        let block = b.ptr.add(kk / BLOCK * b.ldb);
+        for (j, v) in out.iter_mut().enumerate() {
+            let scale = F16((*block.add(j)).0).to_f32();
+            let q = (*block.add(MOCK_NR + kk % BLOCK * MOCK_NR + j)).0 as i16;
+            *v = scale * q as f32;
+        }
+    }
+}
+
+impl KernelsFor<Blocks> for f32 {
+    fn kernels_for(_: Kernel) -> crate::kernels::GemmKernels<f32, Blocks> {
+        f32::portable_kernels()
+    }
+}
+
+/// B (k x n) in [`Blocks`]: its scales (one per block of K and column) and integers, packed
+/// by the format's layout; and its widened values.
+fn pack_blocks(rng: &mut rand::rngs::StdRng, k: usize, n: usize) -> (PackedB<Blocks>, Vec<f32>) {
+    let nblocks = k.div_ceil(BLOCK);
+    let scales: Vec<F16> = (0..nblocks * n)
+        .map(|_| F16::from_f32(rng.gen_range(-1.0f32..1.0) * 2f32.powi(rng.gen_range(-12..3))))
+        .collect();
+    let q: Vec<i16> = (0..k * n).map(|_| rng.gen_range(-8..8)).collect();
+    let widened: Vec<f32> = (0..k * n)
+        .map(|x| scales[(x / n) / BLOCK * n + x % n].to_f32() * q[x] as f32)
+        .collect();
+    let len = PackedB::<Blocks>::packed_len(k, n);
+    let mut data = vec![Blocks::ZERO_UNIT; len];
+    let kb = KBlocks::for_format::<Blocks>(k);
+    let panels = n.div_ceil(MOCK_NR);
+    for p in 0..kb.count {
+        let (k0, kc) = kb.block(p);
+        for jp in 0..panels {
+            let panel = panels * Blocks::panel_units(k0) + jp * Blocks::panel_units(kc);
+            for kk in 0..kc {
+                let block = panel + kk / BLOCK * Blocks::PANEL_BLOCK_UNITS;
+                for j in 0..MOCK_NR.min(n - jp * MOCK_NR) {
+                    let (row, col) = (k0 + kk, jp * MOCK_NR + j);
+                    data[block + j] = Blocks(scales[row / BLOCK * n + col].0);
+                    data[block + MOCK_NR + kk % BLOCK * MOCK_NR + j] =
+                        Blocks(q[row * n + col] as u16);
+                }
+            }
+        }
+    }
+    (PackedB::from_packed_units(data, 0, k, n), widened)
+}
+
+/// The block format runs through the loops (depth blocks of whole format blocks, panels at the
+/// format's offsets, its own widening) on every kernel and thread count, and gives the bits of
+/// the reference product with its widened values; unpacking widens the same way.
+#[test]
+fn a_block_format_runs_through_the_loops() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(48);
+    let before = threads::num_threads();
+    for &k in &[1, 8, 23, 40, 70] {
+        for &n in &[1, 33, 100] {
+            let (packed, bw) = pack_blocks(&mut rng, k, n);
+            assert_eq!(packed.kb.kc % BLOCK, 0);
+            let unpacked: Vec<f32> = packed.unpack_widened();
+            assert!(unpacked
+                .iter()
+                .zip(&bw)
+                .all(|(x, y)| x.to_bits() == y.to_bits()));
+            for &m in &[1, 5, 13, 40] {
+                let a: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+                let mut want = vec![0.0f32; m * n];
+                let av = MatRef::from_slice(&a, m, k);
+                gemm_reference(av, MatRef::from_slice(&bw, k, n), &mut want);
+                let ldc = n + 2;
+                for kernel in available() {
+                    for t in [1, 3] {
+                        threads::set_num_threads(t).unwrap();
+                        let mut c = vec![f32::from_bits(0x7fc0_1234); (m + 1) * ldc];
+                        gemm_packed(av, &packed, &mut c, ldc, &Options::with_kernel(kernel));
+                        let what = format!("blocks {kernel:?} {t} threads k={k}");
+                        assert_product(&c, &want, m, n, ldc, &what);
+                    }
+                }
+            }
+        }
+    }
+    threads::set_num_threads(before).unwrap();
+}
