@@ -121,6 +121,9 @@ impl<T: Float> SelfAttention<T> {
     }
 }
 
+/// The work (flops) above which a pass's attention items are shared among the threads.
+const PARALLEL_ATTENTION_FLOPS: f64 = 4e5;
+
 /// Rotates every query and key head of the rows of `qkv` by the row's position.
 fn rotate<T: Float>(qkv: &mut [T], cols: Columns, pass: &Pass, table: &RotaryTable<T>) {
     let (dh, w) = (cols.dh, cols.width());
@@ -187,8 +190,15 @@ fn attend<T: Float>(qkv: &[T], heads: &[HeadKv<T>], att: &mut Vec<T>, cols: Colu
         // other item writes its output region.
         unsafe { attend_block(pass.kernel, kv, &blk, pass.causal, scratch) };
     };
-    let flops = (items.len() * KB * KB * dh) as f64;
-    if items.len() > 1 && flops > 1e5 && threads::num_threads() > 1 {
+    // The items' multiply-adds: each query row against the keys it sees, for the scores and
+    // again for the values. A decode step over a short context is a few microseconds of work
+    // in all, less than handing it to the thread team costs.
+    let keys = |q0: usize, nq: usize| if pass.causal { q0 + nq } else { p0 + t_new };
+    let flops: f64 = items
+        .iter()
+        .map(|&(_, _, q0, nq)| (4 * nq * keys(q0, nq) * dh) as f64)
+        .sum();
+    if items.len() > 1 && flops > PARALLEL_ATTENTION_FLOPS && threads::num_threads() > 1 {
         threads::parallel_for_init(items.len(), Scratch::default, |s, i| work(&items[i], s));
     } else {
         let mut s = Scratch::default();
