@@ -69,6 +69,12 @@ def _not_found(what: str, path: Path) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, f"load_safetensors: {what}", str(path))
 
 
+class MissingShardError(FileNotFoundError, ValueError):
+    """A shard that ``model.safetensors.index.json`` names is not in the folder: a missing
+    file (``FileNotFoundError``) and a checkpoint that contradicts its own index
+    (``ValueError``) at once, so either ``except`` catches it."""
+
+
 def _unreadable(path: Path, e: OSError) -> ValueError:
     return ValueError(f"load_safetensors: {str(path)!r} cannot be read: {e.strerror or e}")
 
@@ -120,7 +126,8 @@ def _shard_files(folder: Path, index: Path) -> List[Path]:
             )
         f = folder / name
         if not f.is_file():
-            raise _not_found(f"shard named by {index.name} is missing", f)
+            raise MissingShardError(errno.ENOENT, f"load_safetensors: shard named by {index.name} (weight_map) "
+                                    "is missing", str(f))
         files.append(f)
     return files
 
@@ -265,7 +272,8 @@ def load_safetensors(
     and the first such index, unless ``allow_nonfinite`` (found in the same pass that reads
     the tensor: a sum per tensor, no copy).
 
-    Raises ``FileNotFoundError`` (with the path) if nothing is there or a shard is missing,
+    Raises ``FileNotFoundError`` (with the path) if nothing is there or a shard is missing (a
+    missing shard is also a ``ValueError``: ``MissingShardError``),
     ``ValueError`` (naming the file) for a pickle checkpoint (with how to convert it), a file
     that cannot be read or is not valid safetensors, a ``config.json`` or
     ``model.safetensors.index.json`` that is not valid JSON of the expected form, an index that
