@@ -7,6 +7,13 @@
 //! they sleep, so the back-to-back loops of a forward pass or a decode step start in well under
 //! a microsecond instead of paying an operating-system wake-up each time.
 //!
+//! A worker joins a job before it takes part, and the caller closes the job once it has run
+//! out of items: a worker that had not joined by then (one the operating system had not let
+//! run, on a machine with more runnable threads than cores) sits the job out, and the caller
+//! waits only for the workers that joined. So a loop never waits for a thread to be scheduled
+//! just to find that nothing is left to do. A caller still waiting after [`CALLER_SPIN`]
+//! sleeps until the last joined worker wakes it, leaving its core to the threads it waits for.
+//!
 //! The default size is the number of cores the process may use (`GPTCORE_NUM_THREADS`
 //! overrides it). Results never depend on the size: work is split over disjoint outputs and
 //! every reduction runs in a fixed order inside one item. A loop started while the team is busy
@@ -26,6 +33,16 @@ use std::time::{Duration, Instant};
 /// How long an idle worker keeps watching for the next job before it sleeps.
 pub const SPIN: Duration = Duration::from_micros(500);
 
+/// How long the caller watches for the joined workers to finish before it sleeps.
+pub const CALLER_SPIN: Duration = Duration::from_micros(50);
+
+/// The entry word: `(job counter << ENTRY_JOB_SHIFT) | CLOSED | workers joined`.
+const ENTRY_JOB_SHIFT: u32 = 20;
+/// Set in the entry word once the caller has closed the job to late workers.
+const CLOSED: u64 = 1 << 19;
+/// The entry word's count of joined workers.
+const JOINED_MASK: u64 = CLOSED - 1;
+
 /// Participants in the job word's low bits; the job counter above them.
 const ACTIVE_BITS: u32 = 16;
 /// Largest team size (the job word's low bits hold the participant count).
@@ -39,8 +56,16 @@ struct Shared {
     /// The current job's body. Written by the caller only while no worker can be reading it:
     /// before the job word announces it, and after every participant has reported back.
     body: UnsafeCell<Option<*const Body<'static>>>,
-    /// Participants (other than the caller) still running the current job.
-    pending: AtomicUsize,
+    /// Who may still join the current job: its counter (the job word's, truncated), whether
+    /// the caller has closed it, and how many workers joined. Workers join by incrementing it
+    /// while it names their job and is open.
+    entry: AtomicU64,
+    /// Joined workers that have finished the current job.
+    finished: AtomicUsize,
+    /// The thread that published the current job (read by workers that joined it).
+    caller: UnsafeCell<Option<std::thread::Thread>>,
+    /// Set while the caller sleeps (or is about to) waiting for joined workers.
+    caller_sleeping: AtomicBool,
     /// The first panic raised by a worker during the current job.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     /// Per worker: set while it sleeps (or is about to), so the caller knows to wake it.
@@ -65,7 +90,10 @@ impl Team {
         let shared = Arc::new(Shared {
             job_word: AtomicU64::new(0),
             body: UnsafeCell::new(None),
-            pending: AtomicUsize::new(0),
+            entry: AtomicU64::new(0),
+            finished: AtomicUsize::new(0),
+            caller: UnsafeCell::new(None),
+            caller_sleeping: AtomicBool::new(false),
             panic: Mutex::new(None),
             sleeping: (0..size).map(|_| AtomicBool::new(false)).collect(),
             shutdown: AtomicBool::new(false),
@@ -101,11 +129,12 @@ impl Team {
         }
     }
 
-    /// Run `body(tid)` on participants 0..active (the caller is 0) and wait for all of them.
+    /// Run `body(tid)` on the caller (participant 0) and on those of participants 1..active
+    /// that join before the caller runs out of items, and wait for all of them.
     fn run(&mut self, active: usize, body: &Body<'_>) {
         let s = &*self.shared;
-        // SAFETY: every worker has finished the previous job (pending reached 0), and workers
-        // that sat it out never read `body`; the lifetime is erased only until this function
+        // SAFETY: every worker that joined the previous job has finished it, and workers that
+        // did not join never read `body`; the lifetime is erased only until this function
         // returns, and it returns after every participant has stopped using it.
         unsafe {
             *s.body.get() = Some(
@@ -113,8 +142,13 @@ impl Team {
                     as *const Body<'static>,
             );
         }
-        s.pending.store(active - 1, Ordering::SeqCst);
         self.jobs += 1;
+        // SAFETY: as for `body`: no worker reads `caller` outside a job it joined, and every
+        // joined worker of the previous job has finished.
+        unsafe { *s.caller.get() = Some(std::thread::current()) };
+        s.finished.store(0, Ordering::SeqCst);
+        s.entry
+            .store(entry_of(self.jobs) << ENTRY_JOB_SHIFT, Ordering::SeqCst);
         s.job_word
             .store((self.jobs << ACTIVE_BITS) | active as u64, Ordering::SeqCst);
         // The wake-up handshake is a store-buffering pattern: here the job word is stored and
@@ -133,14 +167,28 @@ impl Team {
             }
         }
         let mine = catch_unwind(AssertUnwindSafe(|| body(0)));
+        // The caller has run out of items (or panicked): close the job, then wait for the
+        // workers that joined it. One that joins no more cannot read `body` or `caller` again.
+        let joined = (s.entry.fetch_or(CLOSED, Ordering::AcqRel) & JOINED_MASK) as usize;
+        let mut since: Option<Instant> = None;
         let mut spins = 0u32;
-        while s.pending.load(Ordering::Acquire) != 0 {
-            spins = spins.saturating_add(1);
-            if spins < 1 << 14 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+        while s.finished.load(Ordering::Acquire) != joined {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64)
+                && since.get_or_insert_with(Instant::now).elapsed() > CALLER_SPIN
+            {
+                // The same store-buffering handshake as the workers' sleep (see the fence
+                // above): the flag before the count here, the count before the flag in
+                // `worker`; park's token covers an unpark that comes before the park.
+                s.caller_sleeping.store(true, Ordering::SeqCst);
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if s.finished.load(Ordering::SeqCst) != joined {
+                    std::thread::park();
+                }
+                s.caller_sleeping.store(false, Ordering::SeqCst);
+                continue;
             }
+            std::hint::spin_loop();
         }
         let theirs = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Err(p) = mine {
@@ -173,7 +221,7 @@ fn worker(s: Arc<Shared>, tid: usize) {
                 return;
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && since.get_or_insert_with(Instant::now).elapsed() > SPIN {
+            if spins.is_multiple_of(64) && since.get_or_insert_with(Instant::now).elapsed() > SPIN {
                 s.sleeping[tid].store(true, Ordering::SeqCst);
                 // The other half of the handshake in `Team::run`: the flag must be visible
                 // before the job word (and `shutdown`) are read, or this worker could park on a
@@ -190,19 +238,50 @@ fn worker(s: Arc<Shared>, tid: usize) {
         };
         seen = word;
         let active = (word & ((1 << ACTIVE_BITS) - 1)) as usize;
-        if tid >= active {
+        if tid >= active || !join(&s, word >> ACTIVE_BITS) {
             continue;
         }
-        // SAFETY: the caller wrote `body` before publishing this job word and keeps it alive
-        // until this participant decrements `pending`.
+        // SAFETY: the caller wrote `body` and `caller` before publishing this job word and
+        // keeps them until every joined worker has finished (it waits for `finished`).
         let body = unsafe { (*s.body.get()).expect("job without a body") };
+        let caller = unsafe { (*s.caller.get()).clone() };
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| unsafe { (*body)(tid) })) {
             s.panic
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .get_or_insert(p);
         }
-        s.pending.fetch_sub(1, Ordering::Release);
+        s.finished.fetch_add(1, Ordering::SeqCst);
+        // The other half of the caller's sleep handshake in `Team::run`.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if s.caller_sleeping.load(Ordering::SeqCst) {
+            if let Some(t) = caller {
+                t.unpark();
+            }
+        }
+    }
+}
+
+/// A job counter as the entry word holds it (its low bits; a worker would have to miss
+/// 2^44 jobs between reading the job word and joining for two jobs to look alike).
+fn entry_of(job: u64) -> u64 {
+    job & ((1 << (64 - ENTRY_JOB_SHIFT)) - 1)
+}
+
+/// Joins job `job` if the caller has not closed it yet; false: sit it out.
+fn join(s: &Shared, job: u64) -> bool {
+    let mut e = s.entry.load(Ordering::Acquire);
+    loop {
+        if e >> ENTRY_JOB_SHIFT != entry_of(job) || e & CLOSED != 0 {
+            return false;
+        }
+        match s
+            .entry
+            .compare_exchange_weak(e, e + 1, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => return true,
+            Err(now) => e = now,
+        }
     }
 }
 
@@ -436,6 +515,27 @@ mod tests {
             let r = catch_unwind(|| parallel_for(8, |i| assert_ne!(i, 5, "item 5")));
             assert!(r.is_err());
             assert!(!in_body(), "the flag outlived a panic");
+        }
+        set_num_threads(2).unwrap();
+    }
+
+    /// Many short loops back to back: workers join some and miss others (the caller closes a
+    /// loop as soon as its items are gone), and every item of every loop still runs once.
+    #[test]
+    fn short_loops_run_every_item_once() {
+        for threads in [2, 3] {
+            set_num_threads(threads).unwrap();
+            for r in 0..20_000usize {
+                let n = 2 + r % 5;
+                let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+                parallel_for(n, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(
+                    hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                    "loop {r}"
+                );
+            }
         }
         set_num_threads(2).unwrap();
     }
