@@ -1,8 +1,8 @@
 """Continuous batching: the model's steps on one worker thread, over whatever sequences are in
 flight.
 
-Requests add their sequences (``submit``) to a waiting queue of at most ``max_queue``
-sequences (beyond it, ``QueueFull``: the server answers 503). Before each step the worker
+Requests add their sequences (``submit``) to a waiting queue; beyond the free places of the
+batch, at most ``max_queue`` sequences wait (more is ``QueueFull``: the server answers 503). Before each step the worker
 drops the sequences cancelled since the last one (a client that went away) and moves waiting
 sequences into the running batch, up to ``max_batch``. One step is one ``Model.step_many``
 call over the running sequences:
@@ -73,7 +73,9 @@ class Engine:
         with self._cond:
             if self._stopping:
                 raise EngineStopped("the server is shutting down")
-            if len(self._waiting) + len(seqs) > self.max_queue:
+            # places: the free slots of the batch (taken at the next step) and the queue
+            free = max(0, self.max_batch - len(self._running))
+            if len(self._waiting) + len(seqs) > self.max_queue + free:
                 raise QueueFull(f"{len(self._waiting)} sequences are waiting (--max-queue {self.max_queue})")
             self._waiting.extend(seqs)
             self._gauges()

@@ -30,7 +30,7 @@ end-of-sequence ids).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -91,13 +91,11 @@ class GenerationRequest:
     include_usage: bool = False
     logprobs: Optional[int] = None
     echo: bool = False
-    extra: Dict[str, Any] = field(default_factory=dict)
 
     def choice_params(self, index: int) -> SamplingParams:
         """The sampling parameters of choice ``index``: its own seed ``seed + index``."""
         if self.params.seed is None or index == 0:
             return self.params
-        from dataclasses import replace
         return replace(self.params, seed=self.params.seed + index)
 
 
