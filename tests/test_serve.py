@@ -290,3 +290,31 @@ def test_malformed_bodies_and_unknown_models(gpt2):
         gpt2.client().completions.create(model="tiny-bpe", prompt="x", max_tokens=1, extra_body={"nope": 1})
     assert e.value.body["param"] == "nope"
     assert httpx.get(gpt2.url + "/health").status_code == 200
+
+
+# ------------------------------------------------------------------------------ the command
+
+def test_serve_command_errors(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    def serve(*args):
+        return subprocess.run([sys.executable, "-m", "gptcore", "serve", *map(str, args)], capture_output=True,
+                              text=True, timeout=120)
+
+    p = serve(tmp_path / "nothing")
+    assert p.returncode == 1 and "no such model" in p.stderr
+    weights_only = tmp_path / "weights-only"
+    gptcore.load(GPT2).save(weights_only)  # config.json + model.safetensors, no tokenizer
+    p = serve(weights_only, "--port", "0")
+    assert p.returncode == 1 and "tokenizer" in p.stderr
+    p = serve(GPT2, "--port", "70000")
+    assert p.returncode == 2 and "--port" in p.stderr
+    p = serve(GPT2, "--api-key", " ")
+    assert p.returncode == 2 and "--api-key" in p.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        p = serve(GPT2, "--port", taken.getsockname()[1])
+    assert p.returncode == 1 and "cannot serve on 127.0.0.1" in p.stderr

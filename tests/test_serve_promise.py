@@ -109,6 +109,11 @@ def test_sixteen_staggered_requests_equal_their_solo_runs(gpt2_server):
     body = httpx.get(gpt2_server.url + "/metrics").text
     few = float(re.search(r'^gptcore_step_sequences_bucket\{le="4.0"\} (\S+)$', body, re.M).group(1))
     assert gpt2_server.metric("gptcore_step_sequences_count") > few
+    # a long prompt never stalls the batch for more than one chunk: no step fed more than the
+    # prompt chunk (16) plus one token per other sequence (at most 8), whatever the prompts
+    steps = gpt2_server.metric("gptcore_step_tokens_count")
+    small = float(re.search(r'^gptcore_step_tokens_bucket\{le="32.0"\} (\S+)$', body, re.M).group(1))
+    assert small == steps
 
 
 def test_chat_requests_under_load_equal_their_solo_runs():
