@@ -289,6 +289,9 @@ def test_malformed_bodies_and_unknown_models(gpt2):
     with pytest.raises(openai.BadRequestError) as e:
         gpt2.client().completions.create(model="tiny-bpe", prompt="x", max_tokens=1, extra_body={"nope": 1})
     assert e.value.body["param"] == "nope"
+    big = json.dumps({**GOOD, "prompt": "x" * (17 << 20)})
+    r = gpt2.post("/completions", big)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     assert httpx.get(gpt2.url + "/health").status_code == 200
 
 

@@ -7,7 +7,8 @@ want ``Authorization: Bearer KEY`` (compared with ``hmac.compare_digest``, in co
 a missing or wrong one is a 401. ``/health`` and ``/metrics`` stay open (for the machine's
 own probes).
 
-A request is read and checked (``request_parsing``; a 400 naming the field), its sequences
+A request is read (at most ``MAX_BODY`` bytes, else a 413) and checked (``request_parsing``;
+a 400 naming the field), its sequences
 are queued in the engine (a 503 with ``Retry-After`` when the queue is full), and the answer
 is written as its tokens arrive: the whole answer, or server-sent events with ``stream``.
 A client that disconnects has its sequences dropped before the engine's next step. A choice
@@ -47,6 +48,9 @@ __all__ = ["build_app", "RETRY_AFTER"]
 
 #: Seconds a refused client is asked to wait (``Retry-After`` of a 503).
 RETRY_AFTER = 1
+#: The largest request body read (a 413 beyond): a prompt at most a few hundred thousand
+#: tokens long fits many times over.
+MAX_BODY = 16 << 20
 
 
 def _error(e: APIError) -> JSONResponse:
@@ -101,7 +105,7 @@ def build_app(engine: Engine, info: ModelInfo, *, api_key: Optional[str] = None,
     async def generate(request: Request, endpoint: str) -> Response:
         try:
             authorize(request)
-            raw = await request.body()
+            raw = await _read_body(request)
             try:
                 body = json.loads(raw)
             except (ValueError, RecursionError) as e:
@@ -162,6 +166,21 @@ def build_app(engine: Engine, info: ModelInfo, *, api_key: Optional[str] = None,
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found, 500: server_error})
     app.state.cut_off = 0  # requests the server cut off at shutdown (grace period over)
     return app
+
+
+async def _read_body(request: Request) -> bytes:
+    """The request's body, refused (413) past ``MAX_BODY`` bytes before more is read."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise APIError(413, f"The request body is {int(declared):,} bytes; at most {MAX_BODY:,} are accepted",
+                       code="request_too_large")
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > MAX_BODY:
+            raise APIError(413, f"The request body is over {MAX_BODY:,} bytes", code="request_too_large")
+        parts.append(part)
+    return b"".join(parts)
 
 
 def _stream_error(job: Job, index: int, message: str) -> Dict[str, Any]:
