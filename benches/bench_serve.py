@@ -226,7 +226,9 @@ def pct(xs: List[float], q: float) -> float:
 
 def bench_model(name: str, args, tmp: Path, rows: List[list], notes: List[str]) -> None:
     m = write_models(name, tmp)
-    label = f"{name} ({m['config'].n_layers} layers, d {m['config'].d_model})"
+    label = name
+    notes.append(f"- {name}: {m['config'].n_layers} layers, d {m['config'].d_model}, vocabulary "
+                 f"{m['config'].vocab_size:,}")
     servers = {}
     try:
         servers["gptcore"] = ServerProcess("gptcore serve", [
@@ -312,8 +314,11 @@ def main() -> None:
     print(environment_report(notes))
     print(f"\n### Streamed completions, greedy, {args.max_tokens} new tokens each; {args.requests} requests per "
           f"client per phase; tok/s = median of {args.rounds} alternating rounds; ms = p50 / p95 over all requests\n")
-    print(markdown_table(["model", "streams", "gptcore tok/s", "x 1 stream", "llama.cpp tok/s", "gptcore / llama.cpp",
-                          "gptcore TTFT ms", "gptcore ITL ms", "llama.cpp TTFT ms", "llama.cpp ITL ms"], rows))
+    print(markdown_table(["model", "streams", "gptcore tok/s", "x 1 stream", "llama.cpp tok/s", "gptcore / llama.cpp"],
+                         [r[:6] for r in rows]))
+    print("\nLatency, ms, p50 / p95:\n")
+    print(markdown_table(["model", "streams", "gptcore TTFT", "gptcore ITL", "llama.cpp TTFT", "llama.cpp ITL"],
+                         [r[:2] + r[6:] for r in rows]))
     print()
     load = load_average()
     print(closing_line(t0) if load is not None else "")
