@@ -94,7 +94,7 @@ def test_full_queue_is_a_503_with_retry_after_and_disconnect_frees_the_sequence(
         # a client that gives up on an answer that is not streamed frees its sequence too
         steps = s.metric("gptcore_steps_total")
         with pytest.raises(httpx.ReadTimeout):
-            s.post("/completions", {**long, "stream": False}, timeout=0.5)
+            s.post("/completions", {**long, "stream": False}, timeout=0.3)
         wait_until(lambda: health(s)["running"] == 0, what="the abandoned request to leave")
         assert s.metric("gptcore_cancelled_total") == 2
         assert s.metric("gptcore_steps_total") - steps < 8000
@@ -245,7 +245,7 @@ async def _streamed(client, url, body):
 
 
 def test_loopback_load_200_requests_16_clients():
-    with Server(GPT2, "--max-batch", "4", "--max-queue", "6", "--prefill-chunk", "16") as s:
+    with Server(GPT2, "--max-batch", "4", "--max-queue", "2", "--prefill-chunk", "16") as s:
         url = s.base + "/completions"
         solo = []
         for spec in SPECS:
