@@ -40,8 +40,11 @@ def health(server):
     return httpx.get(server.url + "/health", timeout=10).json()
 
 
-def test_api_key():
-    with Server(GPT2, "--api-key", "s3cret-key") as s:
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_api_key(how, monkeypatch):
+    if how == "environment":
+        monkeypatch.setenv("GPTCORE_API_KEY", "s3cret-key")
+    with Server(GPT2, *(["--api-key", "s3cret-key"] if how == "argument" else [])) as s:
         body = {"model": "tiny-bpe", "prompt": "hi", "max_tokens": 2}
         for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Bearer s3cret-ke"},
                         {"authorization": "Bearer s3cret-key-and-more"}, {"authorization": "Basic s3cret-key"}):

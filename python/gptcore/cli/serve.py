@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                      help="most sequences waiting for a place in the batch; beyond, 503 (default 64)")
     cmd.add_argument("--prefill-chunk", type=positive, default=128,
                      help="most prompt tokens fed in one step (default 128)")
-    cmd.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
+    cmd.add_argument("--api-key", default=None,
+                     help="require 'Authorization: Bearer KEY' on /v1 routes (default: the environment variable "
+                     "GPTCORE_API_KEY when set, which, unlike an argument, other users cannot read in ps)")
     cmd.add_argument("--grace", type=_seconds, default=30.0,
                      help="seconds the requests in flight may take to finish after SIGTERM (default 30)")
     cmd.add_argument("--model-name", default=None, help="the model id clients name (default: MODEL's base name)")
@@ -74,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         from ..serve.server import serve_model
     except ImportError as e:
         raise Fail(f"serving needs the serve extra (pip install 'gptcore[serve]'): {e}") from None
+    if args.api_key is None and os.environ.get("GPTCORE_API_KEY"):
+        args.api_key = os.environ["GPTCORE_API_KEY"]
     if args.api_key is not None and args.api_key.strip() == "":
         raise Fail("--api-key is empty", 2)
     apply_threads(args)
