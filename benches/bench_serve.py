@@ -295,6 +295,7 @@ def main() -> None:
     ap.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
     args = ap.parse_args()
     t0 = time.perf_counter()
+    environment = environment_report()  # now: its load average is the one at the start
     notes: List[str] = []
     if not args.no_llama_cpp:
         p = subprocess.run([args.llamacpp_python, "-c", "import llama_cpp, llama_cpp.server.app as a; "
@@ -311,7 +312,7 @@ def main() -> None:
         for name in parse_str_list(args.models):
             bench_model(name, args, Path(tmp), rows, notes)
     print(f"## Serving, {args.threads} threads per server\n")
-    print(environment_report(notes))
+    print("\n".join([environment] + notes))
     print(f"\n### Streamed completions, greedy, {args.max_tokens} new tokens each; {args.requests} requests per "
           f"client per phase; tok/s = median of {args.rounds} alternating rounds; ms = p50 / p95 over all requests\n")
     print(markdown_table(["model", "streams", "gptcore tok/s", "x 1 stream", "llama.cpp tok/s", "gptcore / llama.cpp"],
