@@ -378,6 +378,69 @@ class Model:
         self._check_length(cache.len + arr.shape[1])
         return self._native.step(cache, arr, "last")
 
+    def step_many(self, caches: Sequence["_native.NativeCache"], ids: Sequence[Any],
+                  *, logits: Union[str, Sequence[str]] = "last") -> List[np.ndarray]:
+        """One step over several sequences, each with its own cache (``new_cache(1)``) and its
+        own length: ``ids[i]`` (a 1-D array of one or more token ids: a decode token, or a
+        chunk of a prompt) is appended to ``caches[i]``. All the new tokens go through each
+        matrix product together, as the rows of one pass; each sequence's result is, bit for
+        bit, what ``step`` gives for it alone, whatever the other sequences are (the rows never
+        influence each other). This is the step a server's continuous batching runs.
+
+        Returns one array per sequence: its last new position's logits ``(V,)``, or with
+        ``logits="all"`` (one string for all, or one per sequence) every new position's,
+        ``(T_i, V)``. Errors name the argument (``ids[2]``, ``caches[0]``); a step that fails
+        leaves every cache as it was.
+        """
+        fn = "step_many"
+        if isinstance(caches, _native.NativeCache) or not isinstance(caches, Sequence):
+            raise TypeError(f"{fn}: caches must be a list of caches from Model.new_cache(1), "
+                            f"got {type(caches).__name__}")
+        if isinstance(ids, np.ndarray) or not isinstance(ids, Sequence):
+            raise TypeError(f"{fn}: ids must be a list of 1-D token id arrays (one per cache), "
+                            f"got {type(ids).__name__}")
+        n = len(caches)
+        if len(ids) != n:
+            raise ValueError(f"{fn}: ids has {len(ids)} entries and caches {n}; give one per sequence")
+        if isinstance(logits, str):
+            modes = [logits] * n
+        elif isinstance(logits, Sequence):
+            modes = list(logits)
+            if len(modes) != n:
+                raise ValueError(f"{fn}: logits has {len(modes)} entries and caches {n}")
+        else:
+            raise TypeError(f"{fn}: logits must be 'last', 'all' or a list of them, got {type(logits).__name__}")
+        for i, mode in enumerate(modes):
+            if not isinstance(mode, str) or mode not in ("last", "all"):
+                where = "logits" if isinstance(logits, str) else f"logits[{i}]"
+                raise ValueError(f"{fn}: {where} must be 'last' or 'all', got {mode!r}")
+        arrays = []
+        for i, (cache, row) in enumerate(zip(caches, ids)):
+            if not isinstance(cache, _native.NativeCache):
+                raise TypeError(f"{fn}: caches[{i}] must come from Model.new_cache(1), got {type(cache).__name__}")
+            if cache.batch != 1:
+                raise ValueError(f"{fn}: caches[{i}] holds {cache.batch} sequences; step_many takes "
+                                 "one-sequence caches (new_cache(1))")
+            arr = token_ids(f"{fn}: ids[{i}]", row)
+            if arr.ndim != 1:
+                raise ValueError(f"{fn}: ids[{i}] must be a 1-D array of token ids, got shape {arr.shape}")
+            if arr.size == 0:
+                raise ValueError(f"{fn}: ids[{i}] is empty (a step needs at least one token per sequence)")
+            check_token_range(f"{fn}: ids[{i}]", arr, self._config.vocab_size)
+            self._check_length(cache.len + arr.size, f"{fn}: ids[{i}]")
+            arrays.append(np.ascontiguousarray(arr, dtype=np.int64))
+        if n == 0:
+            return []
+        rows = sum(a.size for a in arrays)
+        logit_rows = sum(a.size if m == "all" else 1 for a, m in zip(arrays, modes))
+        _check_run_alloc(self._config, self.dtype.itemsize, 1, rows, logit_rows, f"{fn} over {rows} new tokens")
+        out, counts = self._native.step_many(list(caches), arrays, [m == "all" for m in modes])
+        result, at = [], 0
+        for k, mode in zip(counts, modes):
+            result.append(out[at:at + k] if mode == "all" else out[at])
+            at += k
+        return result
+
     def stream(
         self,
         ids: Any,

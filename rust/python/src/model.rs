@@ -8,13 +8,15 @@
 use crate::convert::{detach, to_py_err};
 use crate::pooled::{into_array, Poolable};
 use gptcore_core::decoder::{
-    Config, Family, Float, Logits, Model, Positions, Request, Rope, RopeScaling, Tensor, TensorSpec,
+    Config, Family, Float, Logits, Model, Positions, Request, Rope, RopeScaling, SeqStep, Tensor,
+    TensorSpec,
 };
 use gptcore_core::formats::WeightFormat;
 use gptcore_core::kv_cache::KvCache;
 use gptcore_core::Error;
 use numpy::{
-    PyArray1, PyArrayMethods, PyReadonlyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods,
+    PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn,
+    PyUntypedArrayMethods,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -377,6 +379,58 @@ fn run_model<'py, T: Float + Poolable>(
     Ok((logits, hid))
 }
 
+/// The caches of one element type inside [`AnyCache`].
+trait CacheOf: Sized {
+    fn of(c: &mut AnyCache) -> Option<&mut KvCache<Self>>;
+}
+impl CacheOf for f32 {
+    fn of(c: &mut AnyCache) -> Option<&mut KvCache<f32>> {
+        match c {
+            AnyCache::F32(c) => Some(c),
+            AnyCache::F64(_) => None,
+        }
+    }
+}
+impl CacheOf for f64 {
+    fn of(c: &mut AnyCache) -> Option<&mut KvCache<f64>> {
+        match c {
+            AnyCache::F64(c) => Some(c),
+            AnyCache::F32(_) => None,
+        }
+    }
+}
+
+/// `m.step_many` over the locked caches without the GIL: the logits `(rows, vocab)` and the
+/// rows of each sequence.
+fn step_many_model<'py, T: Float + Poolable + CacheOf>(
+    py: Python<'py>,
+    m: &Model<T>,
+    guards: &mut [std::sync::MutexGuard<'_, AnyCache>],
+    ids: &[Vec<u32>],
+    all_logits: &[bool],
+) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
+    let mut steps = Vec::with_capacity(ids.len());
+    for (i, ((g, ids), &all)) in guards.iter_mut().zip(ids).zip(all_logits).enumerate() {
+        let cache = T::of(g).ok_or_else(|| {
+            PyTypeError::new_err(format!(
+                "step_many: caches[{i}] was made by a model of another dtype"
+            ))
+        })?;
+        steps.push(SeqStep {
+            cache,
+            ids,
+            all_logits: all,
+        });
+    }
+    let out = run_checked(py, |check| m.step_many(&mut steps, check))?;
+    let v = m.cfg.vocab_size;
+    let rows = out.logits.len() / v.max(1);
+    let logits = into_array(py, out.logits, m.outputs())?
+        .reshape([rows, v])?
+        .into_any();
+    Ok((logits, out.rows))
+}
+
 #[pymethods]
 impl NativeModel {
     /// `weight_dtype` ("bfloat16" / "float16", float32 models only) stores the weight
@@ -511,6 +565,83 @@ impl NativeModel {
         };
         cache.len.store(n, Ordering::Release);
         Ok(out.0)
+    }
+
+    /// One step over several sequences, each with its own one-sequence cache: `ids[i]` (T_i,)
+    /// int64 are appended to `caches[i]`. Returns the logits `(rows, V)`, each sequence's last
+    /// new row (every new row where `all_logits[i]`) in order, and the rows per sequence.
+    #[pyo3(signature = (caches, ids, all_logits=None))]
+    fn step_many<'py>(
+        &self,
+        py: Python<'py>,
+        caches: Vec<Bound<'py, NativeCache>>,
+        ids: Vec<PyReadonlyArray1<'py, i64>>,
+        all_logits: Option<Vec<bool>>,
+    ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
+        let all = all_logits.unwrap_or_else(|| vec![false; caches.len()]);
+        if ids.len() != caches.len() || all.len() != caches.len() {
+            return Err(PyValueError::new_err(format!(
+                "step_many: caches, ids and all_logits must have one entry per sequence, got {}, {} and {}",
+                caches.len(),
+                ids.len(),
+                all.len()
+            )));
+        }
+        for (i, c) in caches.iter().enumerate() {
+            let cache = c.get();
+            if cache.dtype != self.dtype() {
+                return Err(PyTypeError::new_err(format!(
+                    "step_many: caches[{i}] was made by a model of another dtype ({}; this model computes in {})",
+                    cache.dtype,
+                    self.dtype()
+                )));
+            }
+            if cache.model_id != self.id {
+                return Err(PyValueError::new_err(format!(
+                    "step_many: caches[{i}] was made by another model (use model.new_cache())"
+                )));
+            }
+            if cache.batch != 1 {
+                return Err(PyValueError::new_err(format!(
+                    "step_many: caches[{i}] holds {} sequences; step_many takes one-sequence caches (new_cache(1))",
+                    cache.batch
+                )));
+            }
+            if let Some(j) = caches[..i].iter().position(|o| o.is(c)) {
+                return Err(PyValueError::new_err(format!(
+                    "step_many: caches[{i}] is the same cache as caches[{j}]"
+                )));
+            }
+        }
+        let mut guards = Vec::with_capacity(caches.len());
+        for (i, c) in caches.iter().enumerate() {
+            guards.push(c.get().inner.try_lock().map_err(|_| {
+                PyValueError::new_err(format!(
+                    "step_many: caches[{i}] is in use by another thread"
+                ))
+            })?);
+        }
+        let ids: Vec<Vec<u32>> = ids
+            .iter()
+            .map(|a| {
+                a.as_array()
+                    .iter()
+                    .map(|&x| u32::try_from(x).unwrap_or(u32::MAX))
+                    .collect()
+            })
+            .collect();
+        let out = match &self.inner {
+            AnyModel::F32(m) => step_many_model(py, m, &mut guards, &ids, &all),
+            AnyModel::F64(m) => step_many_model(py, m, &mut guards, &ids, &all),
+        };
+        for (c, g) in caches.iter().zip(&guards) {
+            let n = match &**g {
+                AnyCache::F32(c) => c.len(),
+                AnyCache::F64(c) => c.len(),
+            };
+            c.get().len.store(n, Ordering::Release);
+        }
+        out
     }
 
     /// Log-probabilities of targets (B, T) given ids (B, T), float64, logits in chunks.

@@ -53,13 +53,13 @@ impl<T: Float> Embedding<T> {
             }
     }
 
-    /// `x (B*T, d)`: row `b * t_new + t` is token `ids[b * t_new + t]` at position `p0 + t`.
-    /// The ids are in range (checked by the caller).
-    pub fn forward(&self, ids: &[u32], t_new: usize, p0: usize) -> Result<Vec<T>> {
+    /// `x (rows, d)`: row `r` is token `ids[r]` at position `positions[r]`. The ids are in
+    /// range (checked by the caller).
+    pub fn forward(&self, ids: &[u32], positions: &[usize]) -> Result<Vec<T>> {
         let d = self.d;
         let mut x = crate::memory::try_zeroed::<T>(ids.len().saturating_mul(d), "residual stream")?;
         for_rows(&mut x, d, |r, row| {
-            let pos = p0 + r % t_new;
+            let pos = positions[r];
             let id = ids[r] as usize;
             let e = self.wte.row(id, d);
             match &self.positions {

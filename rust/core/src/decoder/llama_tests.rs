@@ -8,9 +8,9 @@ use super::*;
 use crate::formats::{Bf16, Float16Format, F16};
 use rand::{Rng, SeedableRng};
 
-type Weights<T> = Vec<(String, Vec<usize>, &'static str, Vec<T>)>;
+pub(super) type Weights<T> = Vec<(String, Vec<usize>, &'static str, Vec<T>)>;
 
-fn config(n_heads: usize, n_kv_heads: usize, scaling: RopeScaling) -> Config {
+pub(super) fn config(n_heads: usize, n_kv_heads: usize, scaling: RopeScaling) -> Config {
     Config {
         family: Family::Llama,
         vocab_size: 89,
@@ -34,7 +34,7 @@ fn config(n_heads: usize, n_kv_heads: usize, scaling: RopeScaling) -> Config {
     }
 }
 
-fn weights<T: Float>(cfg: &Config, seed: u64) -> Weights<T> {
+pub(super) fn weights<T: Float>(cfg: &Config, seed: u64) -> Weights<T> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     schema(cfg)
         .into_iter()
@@ -54,7 +54,7 @@ fn weights<T: Float>(cfg: &Config, seed: u64) -> Weights<T> {
         .collect()
 }
 
-fn map<T: Float>(w: &Weights<T>) -> HashMap<String, Tensor<'_, T>> {
+pub(super) fn map<T: Float>(w: &Weights<T>) -> HashMap<String, Tensor<'_, T>> {
     w.iter()
         .map(|(n, s, _, v)| {
             (
@@ -95,7 +95,7 @@ fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
     (0..n).map(|_| rng.gen_range(0..vocab as u32)).collect()
 }
 
-fn llama3() -> RopeScaling {
+pub(super) fn llama3() -> RopeScaling {
     RopeScaling::Llama3 {
         factor: 8.0,
         low_freq_factor: 1.0,

@@ -42,7 +42,7 @@ pub use families::{layout, schema, validate};
 pub use float::Float;
 pub use linear::Linear;
 pub use norm::Norm;
-pub use pass::Pass;
+pub use pass::{Pass, Segment};
 pub use rotary::{Rope, RopeScaling};
 pub use schema::{Layout, Tensor, TensorSpec};
 pub use storage::{storage, Fetch, Packed, PackedWeights, Table, TableRows, WeightStorage};
@@ -98,6 +98,75 @@ pub struct RunOutput<T> {
     /// The final residual stream `(B * T_new, d)` (before the final norm), when logits were not
     /// asked for.
     pub final_x: Option<Vec<T>>,
+}
+
+/// One sequence's part of a [`Model::step_many`] step.
+pub struct SeqStep<'a, T> {
+    /// The sequence's keys and values (a cache of one sequence); the new ones are appended.
+    pub cache: &'a mut KvCache<T>,
+    /// The new tokens (at least one).
+    pub ids: &'a [u32],
+    /// Logits for every new token, not only the last.
+    pub all_logits: bool,
+}
+
+/// What [`Model::step_many`] returns.
+pub struct StepOutput<T> {
+    /// The logits, `(rows, vocab)`: each sequence's rows in the order of the step's sequences.
+    pub logits: Vec<T>,
+    /// Rows of `logits` per sequence: 1, or its new tokens when it asked for all.
+    pub rows: Vec<usize>,
+}
+
+/// The heads of every sequence of a ragged step, moved (not copied) into one cache whose
+/// layer `l` holds sequence `s`'s heads at `s * n_kv_heads ..`, and moved back when dropped
+/// (even by a panic, so no sequence is left without its heads).
+struct Joined<'s, 'a, T: Float> {
+    seqs: &'s mut [SeqStep<'a, T>],
+    cache: KvCache<T>,
+}
+
+impl<'s, 'a, T: Float> Joined<'s, 'a, T> {
+    fn new(seqs: &'s mut [SeqStep<'a, T>], n_layers: usize, nkv: usize) -> Self {
+        let mut layers: Vec<Vec<HeadKv<T>>> = (0..n_layers)
+            .map(|_| Vec::with_capacity(seqs.len() * nkv))
+            .collect();
+        for s in seqs.iter_mut() {
+            for (joined, own) in layers.iter_mut().zip(&mut s.cache.layers) {
+                joined.append(own);
+            }
+        }
+        Joined {
+            cache: KvCache {
+                batch: seqs.len(),
+                n_heads: nkv,
+                layers,
+            },
+            seqs,
+        }
+    }
+
+    /// Every sequence back to `parts[s].1` positions (a failed step).
+    fn truncate(&mut self, parts: &[(usize, usize)]) {
+        let nkv = self.cache.n_heads;
+        for layer in &mut self.cache.layers {
+            for (s, heads) in layer.chunks_mut(nkv).enumerate() {
+                heads.iter_mut().for_each(|h| h.len = h.len.min(parts[s].1));
+            }
+        }
+    }
+}
+
+impl<T: Float> Drop for Joined<'_, '_, T> {
+    fn drop(&mut self) {
+        let nkv = self.cache.n_heads;
+        for (li, layer) in self.cache.layers.iter_mut().enumerate() {
+            let mut heads = layer.drain(..);
+            for s in self.seqs.iter_mut() {
+                s.cache.layers[li].extend(heads.by_ref().take(nkv));
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,15 +311,46 @@ impl<T: Float> Model<T> {
                 self.cfg.vocab_size
             );
         }
+        let heads_rows = |logits: Logits| -> Option<Vec<usize>> {
+            match logits {
+                Logits::None => None,
+                Logits::All => Some((0..batch * t_new).collect()),
+                Logits::Last => Some((0..batch).map(|b| b * t_new + t_new - 1).collect()),
+            }
+        };
         let mut ws = self.workspaces.take();
         let out = match cache {
             Some(c) => {
+                if c.batch != batch {
+                    self.workspaces.give_back(ws);
+                    return crate::value_error!(
+                        "cache holds {} sequences, ids has {batch}",
+                        c.batch
+                    );
+                }
+                let p0 = c.len();
+                if !req.causal && p0 > 0 {
+                    self.workspaces.give_back(ws);
+                    return crate::value_error!(
+                        "causal=False is only available for a full forward pass"
+                    );
+                }
+                let pass = Pass::uniform(batch, t_new, p0, self.cfg.d_model, req.causal);
+                let rows = heads_rows(req.logits);
                 // A step that fails part-way (an interrupt, an allocation) leaves the cache
                 // holding exactly the positions it held before.
-                let before = c.len();
-                let out = self.forward(req, c, true, check, &mut ws);
+                let out = self.forward(
+                    req.ids,
+                    &pass,
+                    c,
+                    true,
+                    rows.as_deref(),
+                    req.want_hidden,
+                    check,
+                    &mut ws,
+                );
                 if out.is_err() {
-                    c.truncate(before);
+                    c.truncate(p0);
                 }
                 out
             }
@@ -263,7 +363,18 @@ impl<T: Float> Model<T> {
                     }
                     _ => KvCache::new(1, batch, nkv, self.cfg.d_head()),
                 };
-                let out = self.forward(req, &mut kv, false, check, &mut ws);
+                let pass = Pass::uniform(batch, t_new, 0, self.cfg.d_model, req.causal);
+                let rows = heads_rows(req.logits);
+                let out = self.forward(
+                    req.ids,
+                    &pass,
+                    &mut kv,
+                    false,
+                    rows.as_deref(),
+                    req.want_hidden,
+                    check,
+                    &mut ws,
+                );
                 ws.kv = Some(kv);
                 out
             }
@@ -272,58 +383,148 @@ impl<T: Float> Model<T> {
         out
     }
 
-    /// The forward pass over the new positions: embedding, the blocks, the head. With
-    /// `persistent`, `cache` holds every layer and keeps the new positions; otherwise it holds
-    /// one layer, reused by each block in turn.
+    /// One step over several sequences, each with its own cache and position: the new tokens
+    /// of every sequence (one for a sequence being decoded, a chunk of its prompt for one being
+    /// prefilled) go through every layer as the rows of one pass. Every matrix product runs
+    /// over all the rows at once; the embedding and the rotary positions use each row's own
+    /// position, and attention reads each sequence's own keys and values. A row's arithmetic
+    /// does not depend on the other rows, so each sequence's logits are, bit for bit, those of
+    /// [`Model::run`] on that sequence alone with its cache.
+    ///
+    /// Each cache holds one sequence ([`Model::new_cache`]`(1)`); the sequences' new keys and
+    /// values are appended to their caches. The logits are each sequence's last new row, or
+    /// every new row when it asks for them, in the order of `seqs`. Errors name the input:
+    /// `ids[i]` or `caches[i]`. A step that fails leaves every cache as it was.
+    pub fn step_many(
+        &self,
+        seqs: &mut [SeqStep<'_, T>],
+        check: &(dyn Fn() -> Result<()> + Sync),
+    ) -> Result<StepOutput<T>> {
+        let cfg = &self.cfg;
+        let (nl, nkv, dh, v) = (cfg.n_layers, cfg.n_kv_heads, cfg.d_head(), cfg.vocab_size);
+        for (i, s) in seqs.iter().enumerate() {
+            let c = &*s.cache;
+            let fits = c.layers.len() == nl
+                && c.layers
+                    .iter()
+                    .all(|l| l.len() == nkv && l.iter().all(|h| h.dh == dh));
+            if c.batch != 1 || c.n_heads != nkv || !fits {
+                return crate::value_error!(
+                    "caches[{i}]: expected a cache of one sequence made by this model, got one of \
+                     {} sequences and {} key/value heads",
+                    c.batch,
+                    c.n_heads
+                );
+            }
+            if s.ids.is_empty() {
+                return crate::value_error!("ids[{i}]: no new tokens (a step needs at least one)");
+            }
+            if let Some(&bad) = s.ids.iter().find(|&&t| t as usize >= v) {
+                return crate::value_error!("ids[{i}]: token id {bad} is out of range [0, {v})");
+            }
+            let end = c.len() + s.ids.len();
+            if let Some(why) = self.position_limit().filter(|_| end > cfg.n_ctx) {
+                return crate::value_error!(
+                    "ids[{i}]: sequence length {end} exceeds the model's context n_ctx = {} ({why})",
+                    cfg.n_ctx
+                );
+            }
+        }
+        if seqs.is_empty() {
+            return Ok(StepOutput {
+                logits: Vec::new(),
+                rows: Vec::new(),
+            });
+        }
+        let parts: Vec<(usize, usize)> =
+            seqs.iter().map(|s| (s.ids.len(), s.cache.len())).collect();
+        let pass = Pass::ragged(&parts, cfg.d_model, true);
+        let ids: Vec<u32> = seqs.iter().flat_map(|s| s.ids.iter().copied()).collect();
+        let mut rows = Vec::new();
+        let mut counts = Vec::with_capacity(seqs.len());
+        for (s, seg) in seqs.iter().zip(&pass.segments) {
+            let first = if s.all_logits {
+                seg.row0
+            } else {
+                seg.row0 + seg.rows - 1
+            };
+            rows.extend(first..seg.row0 + seg.rows);
+            counts.push(seg.row0 + seg.rows - first);
+        }
+        let mut ws = self.workspaces.take();
+        let mut joined = Joined::new(seqs, nl, nkv);
+        let out = self.forward(
+            &ids,
+            &pass,
+            &mut joined.cache,
+            true,
+            Some(&rows),
+            false,
+            check,
+            &mut ws,
+        );
+        if out.is_err() {
+            joined.truncate(&parts);
+        }
+        drop(joined);
+        self.workspaces.give_back(ws);
+        Ok(StepOutput {
+            logits: out?.logits,
+            rows: counts,
+        })
+    }
+
+    /// Why positions stop at `n_ctx` (None: sinusoidal positions have no end).
+    fn position_limit(&self) -> Option<&'static str> {
+        match self.cfg.positions {
+            Positions::Learned => Some("learned positions"),
+            Positions::Rotary(_) => Some("rotary positions"),
+            Positions::Sinusoidal => None,
+        }
+    }
+
+    /// The forward pass over the new positions of `pass`: embedding, the blocks, the head
+    /// (for the rows `logits` lists, in that order; None: no head, the final residual stream
+    /// is returned). With `persistent`, `cache` holds every layer and keeps the new positions;
+    /// otherwise it holds one layer, reused by each block in turn. Segment `s` of the pass
+    /// reads and appends to heads `s * n_kv_heads ..` of each layer.
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
-        req: &Request<'_>,
+        ids: &[u32],
+        pass: &Pass,
         cache: &mut KvCache<T>,
         persistent: bool,
+        logits: Option<&[usize]>,
+        want_hidden: bool,
         check: &(dyn Fn() -> Result<()> + Sync),
         ws: &mut Workspace<T>,
     ) -> Result<RunOutput<T>> {
         let cfg = &self.cfg;
-        let (batch, t_new, d) = (req.batch, req.t_new, cfg.d_model);
-        if cache.batch != batch {
-            return crate::value_error!("cache holds {} sequences, ids has {batch}", cache.batch);
+        let d = cfg.d_model;
+        if let Some(why) = self.position_limit() {
+            if let Some(s) = pass.segments.iter().find(|s| s.p0 + s.rows > cfg.n_ctx) {
+                return crate::value_error!(
+                    "sequence length {} exceeds the model's context n_ctx = {} ({why})",
+                    s.p0 + s.rows,
+                    cfg.n_ctx
+                );
+            }
         }
-        let p0 = cache.len();
-        if !req.causal && (persistent && p0 > 0) {
-            return crate::value_error!("causal=False is only available for a full forward pass");
-        }
-        let limited = match cfg.positions {
-            Positions::Learned => Some("learned positions"),
-            Positions::Rotary(_) => Some("rotary positions"),
-            Positions::Sinusoidal => None,
-        };
-        if let Some(why) = limited.filter(|_| p0 + t_new > cfg.n_ctx) {
-            return crate::value_error!(
-                "sequence length {} exceeds the model's context n_ctx = {} ({why})",
-                p0 + t_new,
-                cfg.n_ctx
-            );
-        }
-        let pass = Pass {
-            batch,
-            t_new,
-            p0,
-            d,
-            causal: req.causal,
-            kernel: crate::kernels::current(),
-        };
         // The cosines and sines of the new positions, shared by every block.
         let mut rope = std::mem::take(&mut ws.rope);
         let rotary = self.rotary.as_ref().map(|r| {
-            rope.fill(r, p0, t_new);
+            rope.cos.clear();
+            rope.sin.clear();
+            for (p0, n) in pass.table_runs() {
+                rope.push_run(r, p0, n);
+            }
             &rope
         });
         let rows = pass.rows();
         let mut ph = Phases::new();
-        let mut x = self.embedding.forward(req.ids, t_new, p0)?; // (B*T, d)
-        let mut hidden = req
-            .want_hidden
-            .then(|| Vec::with_capacity((cfg.n_layers + 1) * rows * d));
+        let mut x = self.embedding.forward(ids, &pass.positions)?; // (rows, d)
+        let mut hidden = want_hidden.then(|| Vec::with_capacity((cfg.n_layers + 1) * rows * d));
         if let Some(h) = hidden.as_mut() {
             h.extend_from_slice(&x);
         }
@@ -338,7 +539,7 @@ impl<T: Float> Model<T> {
                 l
             };
             // x += attn(norm1(x)); x += mlp(norm2(x))
-            blk.forward(&mut x, heads, &pass, ws, rotary, &mut ph);
+            blk.forward(&mut x, heads, pass, ws, rotary, &mut ph);
             if let Some(h) = hidden.as_mut() {
                 h.extend_from_slice(&x);
             }
@@ -346,19 +547,21 @@ impl<T: Float> Model<T> {
         ws.rope = rope;
         check()?;
         let mut final_x = None;
-        let logits = match req.logits {
-            Logits::None => {
+        let logits = match logits {
+            None => {
                 final_x = Some(x);
                 Vec::new()
             }
-            Logits::All => self.head_logits(&x, rows, &mut ws.h)?, // (B*T, V)
-            Logits::Last => {
-                let mut last = Vec::with_capacity(batch * d);
-                for b in 0..batch {
-                    let r = b * t_new + t_new - 1;
-                    last.extend_from_slice(&x[r * d..(r + 1) * d]);
+            // Every row in order: the residual stream as it is.
+            Some(r) if r.len() == rows && r.iter().enumerate().all(|(i, &j)| i == j) => {
+                self.head_logits(&x, rows, &mut ws.h)? // (rows, V)
+            }
+            Some(r) => {
+                let mut picked = Vec::with_capacity(r.len() * d);
+                for &row in r {
+                    picked.extend_from_slice(&x[row * d..(row + 1) * d]);
                 }
-                self.head_logits(&last, batch, &mut ws.h)? // (B, V)
+                self.head_logits(&picked, r.len(), &mut ws.h)? // (picked rows, V)
             }
         };
         ph.mark("head");
@@ -443,5 +646,7 @@ impl<T: Float> Model<T> {
 mod format_tests;
 #[cfg(test)]
 mod llama_tests;
+#[cfg(test)]
+mod step_tests;
 #[cfg(test)]
 mod tests;

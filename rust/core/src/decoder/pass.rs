@@ -1,12 +1,33 @@
 //! One call's new positions, as every layer of the pass sees them.
+//!
+//! The rows of the activations are the new tokens of one or more sequences, one sequence's
+//! rows after another's (a [`Segment`] each). A uniform pass ([`Pass::uniform`], what
+//! [`super::Model::run`] does) has `batch` segments of `t_new` rows after the same `p0` cached
+//! positions; a ragged pass ([`super::Model::step_many`]) has segments of any lengths, each
+//! after its own sequence's positions. The matrix products see only rows; the embedding, the
+//! rotary positions and the attention read a row's position and sequence from here.
 
 use crate::kernels::Kernel;
 
-/// One call's new positions: `ids` is `batch x t_new` (row-major), after `p0` cached positions.
-pub struct Pass {
-    pub batch: usize,
-    pub t_new: usize,
+/// The new rows of one sequence: rows `row0 .. row0 + rows` of the activations, at positions
+/// `p0 .. p0 + rows` of the sequence; its keys and values are the `n_kv_heads` heads from
+/// index `s * n_kv_heads` of each layer's heads for the pass's segment `s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub row0: usize,
+    pub rows: usize,
     pub p0: usize,
+    /// The row of the pass's rotary table that holds position `p0`.
+    pub table0: usize,
+}
+
+/// One call's new positions: the segments, one per sequence, in row order.
+pub struct Pass {
+    pub segments: Vec<Segment>,
+    /// Position of each row.
+    pub positions: Vec<usize>,
+    /// Row of the rotary table of each row.
+    pub table_rows: Vec<usize>,
     pub d: usize,
     pub causal: bool,
     /// The kernel family the whole pass runs with.
@@ -14,8 +35,73 @@ pub struct Pass {
 }
 
 impl Pass {
-    /// Rows of the activations, `B * T_new`.
+    /// `batch` sequences of `t_new` new rows each, all after `p0` cached positions: they share
+    /// one rotary table of positions `p0 .. p0 + t_new`.
+    pub fn uniform(batch: usize, t_new: usize, p0: usize, d: usize, causal: bool) -> Pass {
+        let segments = (0..batch)
+            .map(|b| Segment {
+                row0: b * t_new,
+                rows: t_new,
+                p0,
+                table0: 0,
+            })
+            .collect();
+        Pass::new(segments, d, causal)
+    }
+
+    /// Sequences of `(new rows, cached positions)` each, one after another; each has its own
+    /// run of the rotary table.
+    pub fn ragged(parts: &[(usize, usize)], d: usize, causal: bool) -> Pass {
+        let mut row0 = 0;
+        let segments = parts
+            .iter()
+            .map(|&(rows, p0)| {
+                let s = Segment {
+                    row0,
+                    rows,
+                    p0,
+                    table0: row0,
+                };
+                row0 += rows;
+                s
+            })
+            .collect();
+        Pass::new(segments, d, causal)
+    }
+
+    fn new(segments: Vec<Segment>, d: usize, causal: bool) -> Pass {
+        let rows: usize = segments.iter().map(|s| s.rows).sum();
+        let mut positions = Vec::with_capacity(rows);
+        let mut table_rows = Vec::with_capacity(rows);
+        for s in &segments {
+            positions.extend(s.p0..s.p0 + s.rows);
+            table_rows.extend(s.table0..s.table0 + s.rows);
+        }
+        Pass {
+            segments,
+            positions,
+            table_rows,
+            d,
+            causal,
+            kernel: crate::kernels::current(),
+        }
+    }
+
+    /// Rows of the activations (all segments').
     pub fn rows(&self) -> usize {
-        self.batch * self.t_new
+        self.positions.len()
+    }
+
+    /// The runs of positions the rotary table must hold, `(p0, n)` in table order: one for a
+    /// uniform pass, one per segment for a ragged one.
+    pub fn table_runs(&self) -> Vec<(usize, usize)> {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for s in &self.segments {
+            let end: usize = runs.iter().map(|r| r.1).sum();
+            if s.table0 == end {
+                runs.push((s.p0, s.rows));
+            }
+        }
+        runs
     }
 }

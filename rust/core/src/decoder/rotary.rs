@@ -142,23 +142,27 @@ pub struct Rotary {
     inv_freq: Vec<f64>,
 }
 
-/// The cosines and sines of a run of positions, `(positions, dh / 2)` each, in `T`.
+/// The cosines and sines of the positions of a pass, `(rows, dh / 2)` each, in `T`: one run of
+/// positions after another (a uniform pass has one run, a ragged pass one per sequence).
 #[derive(Clone, Debug, Default)]
 pub struct RotaryTable<T> {
-    pub p0: usize,
     pub half: usize,
     pub cos: Vec<T>,
     pub sin: Vec<T>,
 }
 
 impl<T: Float> RotaryTable<T> {
-    /// Fills the table for positions `p0 .. p0 + n` (keeps the memory).
+    /// Fills the table with the run of positions `p0 .. p0 + n` alone (keeps the memory).
     pub fn fill(&mut self, rotary: &Rotary, p0: usize, n: usize) {
-        let half = rotary.d_head / 2;
-        self.p0 = p0;
-        self.half = half;
         self.cos.clear();
         self.sin.clear();
+        self.push_run(rotary, p0, n);
+    }
+
+    /// Appends the run of positions `p0 .. p0 + n` (its first row is the table's row count
+    /// before the call). A position's values do not depend on the run it is in.
+    pub fn push_run(&mut self, rotary: &Rotary, p0: usize, n: usize) {
+        self.half = rotary.d_head / 2;
         for p in p0..p0 + n {
             for &f in &rotary.inv_freq {
                 let angle = p as f64 * f;
@@ -168,11 +172,11 @@ impl<T: Float> RotaryTable<T> {
         }
     }
 
-    /// The cosines and sines of position `p` (one of the table's).
+    /// The cosines and sines of row `r` of the table.
     #[inline]
-    pub fn at(&self, p: usize) -> (&[T], &[T]) {
-        let r = (p - self.p0) * self.half;
-        (&self.cos[r..r + self.half], &self.sin[r..r + self.half])
+    pub fn row(&self, r: usize) -> (&[T], &[T]) {
+        let at = r * self.half;
+        (&self.cos[at..at + self.half], &self.sin[at..at + self.half])
     }
 }
 
@@ -298,11 +302,17 @@ mod tests {
             let mut all = RotaryTable::<T>::default();
             all.fill(&rot, 0, 300);
             let mut one = RotaryTable::<T>::default();
-            for p in [0usize, 1, 97, 299] {
+            let mut runs = RotaryTable::<T>::default();
+            let bits = |v: &[T]| v.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>();
+            for (i, p) in [0usize, 1, 97, 299].into_iter().enumerate() {
                 one.fill(&rot, p, 1);
-                let (c1, s1) = one.at(p);
-                let (c2, s2) = all.at(p);
-                let bits = |v: &[T]| v.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>();
+                let (c1, s1) = one.row(0);
+                let (c2, s2) = all.row(p);
+                // Runs appended one after another: the same values in each run.
+                runs.push_run(&rot, p, 2);
+                let (c3, s3) = runs.row(2 * i);
+                assert_eq!(bits(c1), bits(c3), "cos at {p} in a later run");
+                assert_eq!(bits(s1), bits(s3), "sin at {p} in a later run");
                 assert_eq!(bits(c1), bits(c2), "cos at {p}");
                 assert_eq!(bits(s1), bits(s2), "sin at {p}");
                 let x: Vec<f64> = (0..16).map(|i| (i as f64 * 0.37).sin()).collect();

@@ -97,9 +97,9 @@ impl<T: Float> SelfAttention<T> {
         }
     }
 
-    /// `x (B*T, d) += attn(h (B*T, d)) Wo + bo`, appending the new positions' keys and values
-    /// to `heads` (one per (sequence, key/value head), `B * n_kv_heads`). With `rotary`, the
-    /// queries and keys of each row are rotated by the row's position first.
+    /// `x (rows, d) += attn(h (rows, d)) Wo + bo`, appending the new positions' keys and values
+    /// to `heads` (one per (segment, key/value head), `segments * n_kv_heads`). With `rotary`,
+    /// the queries and keys of each row are rotated by the row's position first.
     pub fn forward(
         &self,
         h: &[T],
@@ -129,20 +129,21 @@ fn rotate<T: Float>(qkv: &mut [T], cols: Columns, pass: &Pass, table: &RotaryTab
     let (dh, w) = (cols.dh, cols.width());
     let rotated = cols.nh + cols.nkv; // the queries' heads, then the keys'
     for_rows(qkv, w, |r, row| {
-        let (cos, sin) = table.at(pass.p0 + r % pass.t_new);
+        let (cos, sin) = table.row(pass.table_rows[r]);
         for head in row[..rotated * dh].chunks_exact_mut(dh) {
             rotate_head(head, cos, sin);
         }
     });
 }
 
-/// Appends the keys and values of the new positions (rows of `qkv`) to their heads.
+/// Appends the keys and values of the new positions (rows of `qkv`) to their heads: segment
+/// `s`'s rows to heads `s * n_kv_heads ..`.
 fn append_kv<T: Float>(qkv: &[T], heads: &mut [HeadKv<T>], cols: Columns, pass: &Pass) {
-    let (nkv, t_new, w) = (cols.nkv, pass.t_new, cols.width());
+    let (nkv, w) = (cols.nkv, cols.width());
     let fill = |(idx, hk): (usize, &mut HeadKv<T>)| {
-        let (b, g) = (idx / nkv, idx % nkv);
-        let rows = &qkv[b * t_new * w..(b + 1) * t_new * w];
-        hk.push_rows(rows, w, (cols.k_at(g), cols.v_at(g)), t_new);
+        let (seg, g) = (&pass.segments[idx / nkv], idx % nkv);
+        let rows = &qkv[seg.row0 * w..(seg.row0 + seg.rows) * w];
+        hk.push_rows(rows, w, (cols.k_at(g), cols.v_at(g)), seg.rows);
     };
     if pass.rows() * cols.q_width() >= 1 << 14 {
         let hp = SendPtr(heads.as_mut_ptr());
@@ -155,28 +156,30 @@ fn append_kv<T: Float>(qkv: &[T], heads: &mut [HeadKv<T>], cols: Columns, pass: 
     }
 }
 
-/// `att (B*T, n_heads * d_head)`: every query head's attention output for the new positions.
-/// Work items are (sequence, query head, query block aligned to KB); each writes a disjoint
-/// (rows, head columns) region of `att`, and reads the key/value head of its group.
+/// `att (rows, n_heads * d_head)`: every query head's attention output for the new positions.
+/// Work items are (segment, query head, query block aligned to KB); each writes a disjoint
+/// (rows, head columns) region of `att`, and reads the key/value head of its segment and group.
 fn attend<T: Float>(qkv: &[T], heads: &[HeadKv<T>], att: &mut Vec<T>, cols: Columns, pass: &Pass) {
-    let (nh, nkv, dh, t_new, p0) = (cols.nh, cols.nkv, cols.dh, pass.t_new, pass.p0);
+    let (nh, nkv, dh) = (cols.nh, cols.nkv, cols.dh);
     let (w, qw, group) = (cols.width(), cols.q_width(), cols.group());
     crate::memory::resize_for_overwrite(att, pass.rows() * qw);
     let mut items = Vec::new();
-    for b in 0..pass.batch {
+    for (si, seg) in pass.segments.iter().enumerate() {
+        let (p0, t_new) = (seg.p0, seg.rows);
         for hh in 0..nh {
             let mut t = p0;
             while t < p0 + t_new {
                 let end = ((t / KB + 1) * KB).min(p0 + t_new);
-                items.push((b, hh, t, end - t));
+                items.push((si, hh, t, end - t));
                 t = end;
             }
         }
     }
     let att_ptr = SendPtr(att.as_mut_ptr());
     let qkv_ptr = SendPtr(qkv.as_ptr() as *mut T);
-    let work = |&(b, hh, q0, nq): &(usize, usize, usize, usize), scratch: &mut Scratch<T>| {
-        let r0 = b * t_new + (q0 - p0);
+    let work = |&(si, hh, q0, nq): &(usize, usize, usize, usize), scratch: &mut Scratch<T>| {
+        let seg = &pass.segments[si];
+        let r0 = seg.row0 + (q0 - seg.p0);
         let blk = QueryBlock {
             q: qkv_ptr.get().wrapping_add(r0 * w + hh * dh),
             ldq: w,
@@ -185,7 +188,7 @@ fn attend<T: Float>(qkv: &[T], heads: &[HeadKv<T>], att: &mut Vec<T>, cols: Colu
             out: att_ptr.get().wrapping_add(r0 * qw + hh * dh),
             ldo: qw,
         };
-        let kv = &heads[b * nkv + hh / group];
+        let kv = &heads[si * nkv + hh / group];
         // SAFETY: the item's query rows and output rows lie inside the buffers, and no
         // other item writes its output region.
         unsafe { attend_block(pass.kernel, kv, &blk, pass.causal, scratch) };
@@ -193,10 +196,17 @@ fn attend<T: Float>(qkv: &[T], heads: &[HeadKv<T>], att: &mut Vec<T>, cols: Colu
     // The items' multiply-adds: each query row against the keys it sees, for the scores and
     // again for the values. A decode step over a short context is a few microseconds of work
     // in all, less than handing it to the thread team costs.
-    let keys = |q0: usize, nq: usize| if pass.causal { q0 + nq } else { p0 + t_new };
+    let keys = |si: usize, q0: usize, nq: usize| {
+        let seg = &pass.segments[si];
+        if pass.causal {
+            q0 + nq
+        } else {
+            seg.p0 + seg.rows
+        }
+    };
     let flops: f64 = items
         .iter()
-        .map(|&(_, _, q0, nq)| (4 * nq * keys(q0, nq) * dh) as f64)
+        .map(|&(si, _, q0, nq)| (4 * nq * keys(si, q0, nq) * dh) as f64)
         .sum();
     if items.len() > 1 && flops > PARALLEL_ATTENTION_FLOPS && threads::num_threads() > 1 {
         threads::parallel_for_init(items.len(), Scratch::default, |s, i| work(&items[i], s));

@@ -1,7 +1,12 @@
 use super::*;
 use rand::{Rng, SeedableRng};
 
-fn random_model<T: Float>(cfg: &Config, bias: bool, affine: bool, seed: u64) -> Model<T> {
+pub(super) fn random_model<T: Float>(
+    cfg: &Config,
+    bias: bool,
+    affine: bool,
+    seed: u64,
+) -> Model<T> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let cfg = Config {
         attn_bias: bias,
@@ -50,7 +55,7 @@ fn random_model<T: Float>(cfg: &Config, bias: bool, affine: bool, seed: u64) -> 
     Model::new(cfg, &map).unwrap()
 }
 
-fn cfg(sinusoidal: bool, tied: bool) -> Config {
+pub(super) fn cfg(sinusoidal: bool, tied: bool) -> Config {
     Config {
         family: Family::Gpt2,
         vocab_size: 97,
