@@ -10,7 +10,8 @@ started with ``GPTCORE_KERNEL`` set (the packing layout follows the family, as i
 Cases, each with 1 and 2 threads:
 
 - a GPT-2 small forward (random weights), float32: 1 x 256 and 8 x 128 tokens;
-- greedy decoding of one sequence (16 prompt tokens, 32 new), float32 and bfloat16 weights;
+- greedy decoding (16 prompt tokens, 32 new) of one sequence and of a batch of eight (the
+  batched decode step that continuous batching runs on), float32 and bfloat16 weights;
 - the matrix products of ``bench_matmul.py --quick`` (GPT-2 small's 768 x 2304, 3072 x 768 and
   768 x 50257 packed right-hand sides, float32) for 1, 8, 64, 256 and 1024 rows; up to 8 rows
   the products rotate over copies of the weights (``--rotate-mib`` in all), so that they come
@@ -39,6 +40,7 @@ import time
 
 PROMPT = 16
 NEW = 32
+BATCH = 8
 D = 768
 MATMUL_SHAPES = [(D, 3 * D), (4 * D, D), (D, 50257)]
 MATMUL_ROWS = [1, 8, 64, 256, 1024]
@@ -67,6 +69,9 @@ def worker(rotate_mib: int) -> None:
     rng = np.random.default_rng(1)
     ids = {(b, t): rng.integers(0, config.vocab_size, size=(b, t)) for b, t in [(1, 256), (8, 128)]}
     prompt = rng.integers(0, config.vocab_size, size=(1, PROMPT))
+    # A generator of its own, so the other cases' inputs stay what they were.
+    prompts = {1: prompt,
+               BATCH: np.random.default_rng(2).integers(0, config.vocab_size, size=(BATCH, PROMPT))}
     # Products: per shape, the packed weights (copies to rotate over for few rows) and A.
     packed = {}
     for k, n in MATMUL_SHAPES:
@@ -83,8 +88,8 @@ def worker(rotate_mib: int) -> None:
             x = ids[(case["b"], case["t"])]
             return lambda: models["float32"].forward(x)
         if kind == "decode":
-            m = models[case["weights"]]
-            return lambda: np.asarray(m.generate(prompt, NEW, greedy=True))
+            m, p = models[case["weights"]], prompts[case.get("b", 1)]
+            return lambda: np.asarray(m.generate(p, NEW, greedy=True))
         k, n, m = case["k"], case["n"], case["m"]
         mats = packed[(k, n)]
         rotate = m <= 8
@@ -155,7 +160,9 @@ def cases():
     out = [{"kind": "forward", "b": 1, "t": 256, "name": "forward 1 x 256"},
            {"kind": "forward", "b": 8, "t": 128, "name": "forward 8 x 128"},
            {"kind": "decode", "weights": "float32", "name": f"decode B=1 float32 ({NEW} tok)"},
-           {"kind": "decode", "weights": "bfloat16", "name": f"decode B=1 bfloat16 ({NEW} tok)"}]
+           {"kind": "decode", "weights": "bfloat16", "name": f"decode B=1 bfloat16 ({NEW} tok)"},
+           {"kind": "decode", "weights": "float32", "b": BATCH, "name": f"decode B={BATCH} float32 ({NEW} tok)"},
+           {"kind": "decode", "weights": "bfloat16", "b": BATCH, "name": f"decode B={BATCH} bfloat16 ({NEW} tok)"}]
     for k, n in MATMUL_SHAPES:
         for m in MATMUL_ROWS:
             out.append({"kind": "matmul", "k": k, "n": n, "m": m, "name": f"matmul {m} x {k} x {n}"})
