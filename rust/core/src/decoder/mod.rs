@@ -36,7 +36,9 @@ pub use linear::Linear;
 pub use norm::Norm;
 pub use pass::Pass;
 pub use schema::{schema, Layout, Tensor, TensorSpec};
-pub use storage::{storage, Fetch, Packed, PackedWeights, Table, TableRows, WeightStorage};
+pub use storage::{
+    storage, Fetch, Fetched, Packed, PackedWeights, Table, TableRows, WeightStorage,
+};
 
 use crate::buffer_pool::BufferPool;
 use crate::gemm::{MatRef, Options};
@@ -62,6 +64,12 @@ pub struct Model<T: Float> {
     workspaces: WorkspacePool<T>,
     /// Logits buffers handed back by their users, for the next passes' logits.
     outputs: Arc<BufferPool<T>>,
+}
+
+/// A large tensor of a model ([`Model::stored_tensors`]).
+enum Large<'m, T: Float> {
+    Table(&'m Table<T>),
+    Matrix(&'m Packed<T>),
 }
 
 /// What a call to [`Model::run`] asks for.
@@ -181,6 +189,52 @@ impl<T: Float> Model<T> {
     /// How the weight matrices and embedding tables are stored.
     pub fn weight_format(&self) -> WeightFormat {
         self.format
+    }
+
+    /// The large tensors as the model holds them, under their names: the embedding tables, the
+    /// blocks' matrices and the head (`lm_head.weight`, also when it is the token embedding's
+    /// transpose, packed of its own).
+    fn large_tensors(&self) -> Vec<(&str, Large<'_, T>)> {
+        let layout = &self.layout;
+        let mut out = vec![(layout.wte.name.as_str(), Large::Table(&self.embedding.wte))];
+        if let (Some(s), Some(t)) = (&layout.wpe, &self.embedding.wpe) {
+            out.push((s.name.as_str(), Large::Table(t)));
+        }
+        for (blk, spec) in self.blocks.iter().zip(&layout.blocks) {
+            for (l, s) in [
+                (&blk.attn.qkv, &spec.qkv),
+                (&blk.attn.proj, &spec.proj),
+                (&blk.mlp.fc, &spec.fc),
+                (&blk.mlp.proj, &spec.fc_proj),
+            ] {
+                out.push((s.weight.name.as_str(), Large::Matrix(&l.w)));
+            }
+        }
+        out.push(("lm_head.weight", Large::Matrix(&self.head)));
+        out
+    }
+
+    /// Each large tensor's name, the format it is held in and the bytes it takes (see
+    /// [`Model::nbytes`] for the total).
+    pub fn stored_tensors(&self) -> Vec<(String, WeightFormat, usize)> {
+        self.large_tensors()
+            .into_iter()
+            .map(|(name, t)| match t {
+                Large::Table(t) => (name.to_string(), t.format(), t.nbytes()),
+                Large::Matrix(m) => (name.to_string(), m.format(), m.nbytes()),
+            })
+            .collect()
+    }
+
+    /// The file blocks of the tensor `name` when the model holds it in a block format: a run
+    /// of blocks along K for each column of a matrix (for each row of a table and of
+    /// `lm_head.weight`), see [`crate::formats::block`]; `None` otherwise.
+    pub fn stored_blocks(&self, name: &str) -> Option<(WeightFormat, Vec<u8>)> {
+        let (_, t) = self.large_tensors().into_iter().find(|(n, _)| *n == name)?;
+        match t {
+            Large::Table(t) => Some((t.format(), t.blocks()?)),
+            Large::Matrix(m) => Some((m.format(), m.blocks()?)),
+        }
     }
 
     pub fn new_cache(&self, batch: usize) -> KvCache<T> {
