@@ -1,7 +1,8 @@
 """``gptcore info MODEL``: the accounting of a preset, a model folder, a safetensors file or a
 GGUF file (parameters by component, FLOPs per token, the attention share, the logits memory,
 the Chinchilla budget); for a GGUF file also its metadata and each tensor's type, shape and
-bytes."""
+bytes; for a model's weights (a folder or file) each large tensor as the loaded model holds it
+(its storage format and the bytes held, ``--weight-dtype`` choosing another format)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from typing import List, Tuple
 from ..accounting import chinchilla, flops_per_token, logits_memory, param_count
 from ..config import PRESETS, GPTConfig
 from ..hub import resolve as resolve_hub
+from ..model import load
 from ..lessons import lesson14_counting
 from ..tokenizer import Tokenizer
 from ..weights import gguf_checkpoint, infer_config, load_safetensors
+from ..weights.formats import WEIGHT_DTYPES
 from ._common import Fail, file_error, fmt_int, fmt_size, positive, table
 
 __all__ = ["add_parser", "run"]
@@ -31,6 +34,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     info.add_argument("--lesson-counting", action="store_true",
                       help="count as Lesson 14 does: FFN biases and LayerNorm affines, no attention biases")
     info.add_argument("--no-blocks", action="store_true", help="leave the blocks out (placeholder skeleton, LM4-T1)")
+    info.add_argument("--weight-dtype", choices=list(WEIGHT_DTYPES), default=None,
+                      help="for a model's weights: show them held in this format (default: as gptcore.load holds them)")
+    info.add_argument("--no-storage", action="store_true",
+                      help="do not load the model to show how its weights are held")
     info.set_defaults(func=run)
     return info
 
@@ -75,8 +82,36 @@ def run(args: argparse.Namespace) -> int:
         ]),
     ]
     out = [f"{args.model}: {_describe(cfg)}"] + header + [""] + table(sections)
+    if args.model.lower() not in PRESETS and not args.no_storage:
+        out += [""] + _storage(args.model, args.weight_dtype, counts.nbytes(4))
+    elif args.weight_dtype is not None and args.model.lower() in PRESETS:
+        raise Fail("--weight-dtype needs a model's weights (a folder or file), not a preset", 2)
     print("\n".join(out))
     return 0
+
+
+def _storage(model: str, weight_dtype: "str | None", float32_bytes: int) -> List[str]:
+    """Each large tensor as ``gptcore.load`` holds it (format, bytes), and the totals."""
+    try:
+        m = load(model, weight_dtype=weight_dtype, allow_nonfinite=True)
+    except FileNotFoundError as e:
+        raise Fail(file_error(e)) from None
+    except (ValueError, TypeError) as e:
+        raise Fail(str(e)) from None
+    rows = m.weight_storage()
+    title = f"Weights held ({m.weight_dtype or m.dtype.name}{'' if weight_dtype else ', as loaded'})"
+    width = max(len(n) for n, _, _ in rows)
+    lines = [title]
+    totals: dict = {}
+    for name, fmt, nbytes in rows:
+        lines.append(f"  {name:<{width}}  {fmt:<8} {nbytes:>14,} bytes")
+        c, b = totals.get(fmt, (0, 0))
+        totals[fmt] = (c + 1, b + nbytes)
+    for fmt, (c, b) in sorted(totals.items()):
+        lines.append(f"  {fmt}: {c} tensors, {b:,} bytes")
+    lines.append(f"  all weights held (biases and LayerNorms included): {m.nbytes:,} bytes, "
+                 f"{m.nbytes / float32_bytes:.3f} x the parameters in float32")
+    return lines
 
 
 def _model_arg(text: str) -> str:

@@ -31,7 +31,8 @@ import numpy as np
 from .names import GPT2, from_gguf_layout, to_gguf_layout
 from .quants import dequantize, quantize
 
-__all__ = ["WEIGHT_DTYPES", "GGUF_TYPES", "takes_weight_type", "storage_type", "round_model_weights"]
+__all__ = ["WEIGHT_DTYPES", "GGUF_TYPES", "takes_weight_type", "storage_type", "model_storage_type",
+           "round_model_weights"]
 
 #: gptcore's ``weight_dtype`` names and the GGUF type each stores eligible tensors in.
 GGUF_TYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "q8_0": "Q8_0", "q4_0": "Q4_0"}
@@ -57,6 +58,18 @@ def storage_type(gguf_name: str, shape: Tuple[int, ...], weight_dtype: str) -> s
     if target in ("Q8_0", "Q4_0") and shape[-1] % 32:
         return "F32"
     return target
+
+
+def model_storage_type(name: str, shape: Tuple[int, ...], weight_dtype: str) -> str:
+    """``storage_type`` of a tensor known by gptcore's schema name and shape (GPT-2 names, the
+    ``Conv1D`` matrices ``(in, out)``): the type a model with ``weight_dtype`` weights holds it
+    in, the same in memory as in a GGUF file."""
+    hit = GPT2.to_gguf(name)
+    if hit is None:
+        raise ValueError(f"unexpected tensor {name!r} (not a GPT-2 weight name)")
+    gguf_name, layout = hit
+    gshape = tuple(reversed(shape)) if layout == "transposed" else tuple(shape)
+    return storage_type(gguf_name, gshape, weight_dtype)
 
 
 def round_model_weights(weights: Mapping[str, Any], gguf_type: str) -> Dict[str, np.ndarray]:

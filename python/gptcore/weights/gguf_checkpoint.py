@@ -12,8 +12,14 @@ has no ``output.weight`` or one whose bytes equal ``token_embd.weight``'s (llama
 writes GPT-2's tied head out as a copy). F32, F16 and BF16 tensors are used as they are: for a
 float32 / float64 model (16-bit values widen exactly), or with ``weight_dtype="bfloat16"`` /
 ``"float16"`` for a 16-bit model, one tensor at a time without a float32 copy of the model.
-Q8_0 and Q4_0 tensors are refused with a ``ValueError`` until the core computes with them,
-unless ``weight_dtype="float32"`` asks for the float32 model of their dequantized values.
+A file with Q8_0 or Q4_0 tensors gives a model of that block format (the one most of its
+tensors have) that computes with the blocks as they lie in the file (copied into the kernels'
+panels one tensor at a time, never widened to a float32 copy), every other tensor held as its
+exact float32 value: the model equals, bit for bit, the float32 model of the file's values
+(``weight_dtype="float32"``, which dequantizes). ``weight_dtype="q8_0"`` / ``"q4_0"`` asks for
+that format: tensors of it are used as stored, the others quantized to it where
+``gptcore.gguf.policy`` says so (a model with these weights built from the file's float32
+values); ``"bfloat16"`` / ``"float16"`` round the file's values.
 
 The layer-norm epsilon is stored as float32; it is read back as the shortest decimal that
 rounds to that float32 (``1e-05`` for GPT-2's ``1e-5``), which is the value a configuration
@@ -40,16 +46,18 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ..config import GPTConfig
+from .. import _native
+from ..gguf.format import BLOCK_DTYPES as BLOCK_DTYPES_BY_TYPE
 from ..gguf.format import FILE_TYPES, READABLE_TYPES, Value, ValueType
 from ..gguf.names import GPT2, from_gguf_layout, to_gguf_layout
 from ..gguf.policy import GGUF_TYPES, WEIGHT_DTYPES, storage_type
-from ..gguf.quants import quantize
+from ..gguf.quants import QK
 from ..gguf.reader import GGUFReader
 from ..gguf.tokenizer import tokenizer_from_metadata, tokenizer_metadata
 from ..gguf.writer import WriterTensor, write_gguf
 from . import schema, validation
-from .formats import FLOAT32_KINDS, to_half_bits
-from .formats import WEIGHT_DTYPES as HALF_DTYPES
+from ..gguf.policy import model_storage_type
+from .formats import BLOCK_DTYPES, FLOAT32_KINDS, HALF_DTYPES, to_half_bits
 
 __all__ = ["ModelParts", "config_from_metadata", "config_metadata", "read_weights", "open_model", "write_model",
            "is_gguf", "describe"]
@@ -186,22 +194,11 @@ def _source_shape(gguf_shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:
     return tuple(reversed(gguf_shape)) if layout == "transposed" else tuple(gguf_shape)
 
 
-def _refuse_quantized(reader: GGUFReader, tensors: Mapping[str, Tuple[str, str]]) -> None:
-    for gname, _ in tensors.values():
-        t = reader.tensors[gname]
-        if t.type in _QUANTIZED:
-            raise ValueError(
-                f"{_where(reader)} holds {t.type} tensors (such as {gname!r}); gptcore cannot compute with {t.type} "
-                "weights yet. load(path, weight_dtype='float32') gives the float32 model of their dequantized values")
-
-
-def read_weights(reader: GGUFReader, config: GPTConfig, dequantize: bool = False) -> Dict[str, np.ndarray]:
-    """gptcore's weights from a gpt2 file: F32 tensors as read-only views of the file (in
-    gptcore's orientation: transposed views of the ``Conv1D`` matrices), F16 / BF16 widened to
-    float32, Q8_0 / Q4_0 dequantized when ``dequantize`` is true, else refused."""
+def read_weights(reader: GGUFReader, config: GPTConfig) -> Dict[str, np.ndarray]:
+    """gptcore's weights from a gpt2 file as float32 (a float32 / float64 model): F32 tensors as
+    read-only views of the file (in gptcore's orientation: transposed views of the ``Conv1D``
+    matrices), F16 / BF16 widened, Q8_0 / Q4_0 dequantized (all exact)."""
     tensors = _model_tensors(reader, config)
-    if not dequantize:
-        _refuse_quantized(reader, tensors)
     out: Dict[str, np.ndarray] = {}
     for name, (gname, layout) in tensors.items():
         t = reader.tensors[gname]
@@ -210,13 +207,30 @@ def read_weights(reader: GGUFReader, config: GPTConfig, dequantize: bool = False
     return out
 
 
+def _block_type(reader: GGUFReader, tensors: Mapping[str, Tuple[str, str]]) -> Optional[str]:
+    """The block format (``"q8_0"`` / ``"q4_0"``) most of the file's tensors have (by count,
+    then by bytes), or None when it has no Q8_0 / Q4_0 tensor."""
+    seen: Dict[str, Tuple[int, int]] = {}
+    for gname, _ in tensors.values():
+        t = reader.tensors[gname]
+        if t.type in _QUANTIZED:
+            c, b = seen.get(t.type, (0, 0))
+            seen[t.type] = (c + 1, b + t.nbytes)
+    if not seen:
+        return None
+    return max(seen, key=lambda ty: seen[ty]).lower()
+
+
 @dataclass
 class ModelParts:
     """What a ``gpt2`` GGUF file gives a model: its ``config``; either ``weights`` (gptcore's
     names, float32 values in gptcore's orientation: read-only views of the file for F32
-    tensors) or, for a 16-bit model, ``small`` (the float32 biases and LayerNorm parameters) and
-    ``fetch`` (name -> the ``uint16`` patterns of one weight matrix or embedding, read when
-    called); and its ``tokenizer``, or ``tokenizer_missing`` saying why there is none."""
+    tensors) or, for a 16-bit or block-format model (``weight_dtype``), ``small`` (the float32
+    biases and LayerNorm parameters, and for a block format the tensors it holds in float32)
+    and ``fetch`` (name -> one weight matrix or embedding as the model takes it, read when
+    called: ``uint16`` patterns of a 16-bit format; ``(format, uint8 blocks)`` as the file
+    holds them; a float32 array to quantize; ``("float32", None)`` for a tensor of ``small``);
+    and its ``tokenizer``, or ``tokenizer_missing`` saying why there is none."""
 
     config: GPTConfig
     weight_dtype: Optional[str]
@@ -230,20 +244,24 @@ class ModelParts:
 @contextmanager
 def open_model(path: PathLike, *, n_heads: Optional[int] = None, weight_dtype: Any = None) -> Iterator[ModelParts]:
     """The ``ModelParts`` of a ``gpt2`` GGUF file, valid inside the ``with`` block (views and
-    ``fetch`` read the file's mapping). ``weight_dtype``: None or ``"float32"`` (``weights``;
-    ``"float32"`` also dequantizes Q8_0 / Q4_0 tensors, which None refuses), ``"bfloat16"`` /
+    ``fetch`` read the file's mapping). ``weight_dtype``: None (a file with Q8_0 / Q4_0
+    tensors: ``small`` and ``fetch`` for a model of its block format; any other file:
+    ``weights``), ``"float32"`` (``weights``, Q8_0 / Q4_0 dequantized), ``"bfloat16"`` /
     ``"float16"`` (``small`` and ``fetch``; BF16 / F16 tensors of that format as stored, others
-    rounded to nearest even). Every name, shape and type is checked before anything is read."""
+    rounded to nearest even), ``"q8_0"`` / ``"q4_0"`` (``small`` and ``fetch``; see the module
+    documentation). Every name, shape and type is checked before anything is read."""
     wd = weight_dtype
-    if wd is not None and (not isinstance(wd, str) or wd not in ("float32",) + HALF_DTYPES):
-        raise ValueError(f"load: weight_dtype for a GGUF file must be None, 'float32', 'bfloat16' or 'float16', "
-                         f"got {weight_dtype!r}")
+    allowed = ("float32",) + HALF_DTYPES + BLOCK_DTYPES
+    if wd is not None and (not isinstance(wd, str) or wd not in allowed):
+        raise ValueError(f"load: weight_dtype for a GGUF file must be None, {', '.join(map(repr, allowed[:-1]))} "
+                         f"or {allowed[-1]!r}, got {weight_dtype!r}")
     with GGUFReader(path) as reader:
         where = _where(reader)
         config = config_from_metadata(reader, n_heads)
         tensors = _model_tensors(reader, config)
-        if wd != "float32":
-            _refuse_quantized(reader, tensors)
+        explicit = wd is not None
+        if wd is None:
+            wd = _block_type(reader, tensors)
         # shape-only stand-ins (no memory) let the usual checks run on names and shapes
         stand_ins = {k: np.broadcast_to(np.float32(0), _source_shape(reader.tensors[g].shape, layout))
                      for k, (g, layout) in tensors.items()}
@@ -270,8 +288,10 @@ def open_model(path: PathLike, *, n_heads: Optional[int] = None, weight_dtype: A
                 return np.ascontiguousarray(from_gguf_layout(bits, layout))
 
             parts.fetch = fetch
+        elif wd in BLOCK_DTYPES:
+            parts.small, parts.fetch = _block_parts(reader, tensors, config, wd, explicit)
         else:
-            parts.weights = read_weights(reader, config, dequantize=wd == "float32")
+            parts.weights = read_weights(reader, config)
         try:
             parts.tokenizer = tokenizer_from_metadata(reader.metadata, where)
         except ValueError as e:  # ids still work; text calls say why there is no tokenizer
@@ -286,6 +306,44 @@ def open_model(path: PathLike, *, n_heads: Optional[int] = None, weight_dtype: A
         yield parts
 
 
+def _block_parts(reader: GGUFReader, tensors: Mapping[str, Tuple[str, str]], config: GPTConfig, wd: str,
+                 explicit: bool) -> Tuple[Dict[str, np.ndarray], Callable[[str], Any]]:
+    """``small`` and ``fetch`` of a model of block format ``wd`` from a file (see the module
+    documentation): blocks of a block type used as stored (of ``wd`` only, when ``explicit``),
+    tensors the model stores in ``wd`` quantized from their float32 values when the file holds
+    them otherwise and ``explicit``, everything else held as float32."""
+    code = wd.upper()
+    kinds = {n: kind for n, _, kind in schema._tensor_kinds(config)}
+    small: Dict[str, np.ndarray] = {}
+    how: Dict[str, str] = {}  # name -> "blocks", "quantize" or "float32"
+    for name, (gname, layout) in tensors.items():
+        t = reader.tensors[gname]
+        shape = _source_shape(t.shape, layout)
+        stored = kinds[name] not in FLOAT32_KINDS and model_storage_type(name, shape, wd) == code
+        if t.type in _QUANTIZED and stored and (t.type == code or not explicit):
+            how[name] = "blocks"
+        elif stored and explicit:
+            how[name] = "quantize"
+        else:
+            how[name] = "float32"
+            small[name] = np.ascontiguousarray(from_gguf_layout(reader.to_float32(gname), layout))
+
+    def fetch(name: str) -> Any:
+        hit = tensors.get(name)
+        if hit is None:
+            return None
+        gname, layout = hit
+        if how[name] == "blocks":
+            t = reader.tensors[gname]
+            rows = t.shape[0] if len(t.shape) == 2 else 1
+            return (t.type.lower(), reader.raw(gname).reshape(rows, -1))
+        if how[name] == "quantize":
+            return np.ascontiguousarray(from_gguf_layout(reader.to_float32(gname), layout))
+        return ("float32", None)
+
+    return small, fetch
+
+
 def _filled(weights: Mapping[str, np.ndarray], config: GPTConfig) -> Dict[str, np.ndarray]:
     """The weights with the zero biases and unit / zero LayerNorm parameters that llama.cpp's
     gpt2 architecture requires, where ``config`` has none."""
@@ -298,11 +356,18 @@ def _filled(weights: Mapping[str, np.ndarray], config: GPTConfig) -> Dict[str, n
 
 
 def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: PathLike, weight_dtype: str = "float32",
-                tokenizer: Any = None, metadata: Optional[Mapping[str, Any]] = None) -> Path:
+                tokenizer: Any = None, metadata: Optional[Mapping[str, Any]] = None,
+                held: Optional[Mapping[str, Tuple[str, Optional[np.ndarray]]]] = None) -> Path:
     """Write gptcore ``weights`` (checked against ``config``) as a ``gpt2`` GGUF file whose
     eligible tensors are ``weight_dtype`` (see ``gptcore.gguf.policy``), with ``tokenizer``'s
     metadata (or ``tokenizer.ggml.model = "none"``) and any extra ``metadata``. Tensors are
-    converted one at a time while the file is written."""
+    converted one at a time while the file is written (Q8_0 / Q4_0 by gptcore's quantizer,
+    which gives the reference blocks byte for byte).
+
+    ``held`` (a block-format model's own tensors, ``Model._held_tensors``): name -> ``(GGUF
+    type, blocks)``, each such tensor written in that type as those ``uint8`` blocks (a run
+    along K for each row of the GGUF tensor), or ``("F32", None)``: written F32 from
+    ``weights``, whatever the policy says."""
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"save: weight_dtype for a GGUF file must be one of {', '.join(WEIGHT_DTYPES)}, "
                          f"got {weight_dtype!r}")
@@ -327,8 +392,15 @@ def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: Path
         src = w[name]
         shape = _source_shape(src.shape, layout)  # transposing is its own inverse
         ttype = storage_type(gname, shape, weight_dtype)
+        blocks = None
+        if held is not None and name in held:
+            ttype, blocks = held[name]
 
-        def data(src: np.ndarray = src, layout: str = layout, ttype: str = ttype) -> np.ndarray:
+        def data(src: np.ndarray = src, layout: str = layout, ttype: str = ttype, blocks: Any = blocks,
+                 shape: Tuple[int, ...] = shape) -> np.ndarray:
+            if blocks is not None:
+                return np.asarray(blocks, np.uint8).view(BLOCK_DTYPES_BY_TYPE[ttype]).reshape(
+                    shape[:-1] + (shape[-1] // 32,))
             g = np.asarray(to_gguf_layout(np.asarray(src, dtype=np.float32), layout))
             if ttype == "F32":
                 return np.ascontiguousarray(g)
@@ -336,10 +408,21 @@ def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: Path
                 return to_half_bits(g, "bfloat16")
             if ttype == "F16":
                 return to_half_bits(g, "float16").view(np.float16)
-            return quantize(g, ttype.lower())
+            return quantize_blocks(g, ttype.lower())
 
         tensors.append(WriterTensor(gname, ttype, shape, data))
     return write_gguf(path, meta, tensors)
+
+
+def quantize_blocks(x: np.ndarray, fmt: str) -> np.ndarray:
+    """``gptcore.gguf.quants.quantize(x, fmt)`` (the same blocks, byte for byte: the tests hold
+    them against the ``gguf`` package) by the core's quantizer, on every thread."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    k = x.shape[-1]
+    if k % QK:
+        raise ValueError(f"quantize_blocks: the last axis (K = {k}) must be a multiple of {QK}")
+    raw = _native._quantize_blocks(x.reshape(-1, k), fmt)
+    return raw.view(BLOCK_DTYPES_BY_TYPE[fmt.upper()]).reshape(x.shape[:-1] + (k // QK,))
 
 
 def describe(path: PathLike) -> str:

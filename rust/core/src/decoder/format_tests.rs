@@ -431,6 +431,13 @@ fn fetched_blocks_build_the_same_model() {
             assert!(fc
                 .iter()
                 .any(|(n, f, _)| n == "wpe.weight" && *f == WeightFormat::Full));
+            // float32 values handed over one at a time: the same as the map's.
+            let values = |spec: &TensorSpec| -> Result<Option<Fetched>> {
+                let t = w.iter().find(|t| t.0 == spec.name).unwrap();
+                Ok(Some(Fetched::Values(t.3.clone())))
+            };
+            let v = Model::with_format(cfg.clone(), &map(&small), fmt, Some(&values)).unwrap();
+            assert!(forward(&v, &ids, 1) == forward(&b, &ids, 1));
             // Wrong lengths and wrong formats.
             let short = |spec: &TensorSpec| -> Result<Option<Fetched>> {
                 let t = w.iter().find(|t| t.0 == spec.name).unwrap();
@@ -481,7 +488,7 @@ fn non_finite_weights_are_refused_by_block_formats() {
             None,
         );
         assert!(
-            matches!(e, Err(crate::Error::Value(ref s)) if s.contains("h.1.mlp.c_proj.weight") && s.contains("row 5, column 3")),
+            matches!(e, Err(crate::Error::Value(ref s)) if s.contains("h.1.mlp.c_proj.weight") && s.contains("depth 5 of column 3")),
             "{:?}",
             e.err()
         );

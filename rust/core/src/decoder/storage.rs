@@ -569,6 +569,9 @@ pub fn storage<T: Float>(format: WeightFormat) -> &'static dyn WeightStorage<T> 
 pub enum Fetched {
     /// Kept in the compute type: the tensor's values in the full-precision map, as they are.
     Full,
+    /// float32 values laid out as the tensor's shape, to be stored in the model's format (as
+    /// a tensor of the full-precision map would be).
+    Values(Vec<f32>),
     /// The 16-bit patterns of a format of 16-bit values, laid out as the tensor's shape.
     Bits16(WeightFormat, Vec<u16>),
     /// The file blocks of a block format, in runs along the product's depth K: a run for each
@@ -619,16 +622,18 @@ impl<'a, T: Float> Source<'_, 'a, T> {
             return Ok(None);
         };
         let got = fetch(spec)?;
-        if let Some(Fetched::Bits16(_, bits)) = &got {
-            let want: usize = spec.shape.iter().product();
-            if bits.len() != want {
-                return crate::value_error!(
-                    "weights: tensor {:?} holds {} values for shape {:?}",
-                    spec.name,
-                    bits.len(),
-                    spec.shape
-                );
-            }
+        let len = match &got {
+            Some(Fetched::Bits16(_, bits)) => Some(bits.len()),
+            Some(Fetched::Values(v)) => Some(v.len()),
+            _ => None,
+        };
+        let want: usize = spec.shape.iter().product();
+        if let Some(len) = len.filter(|&l| l != want) {
+            return crate::value_error!(
+                "weights: tensor {:?} holds {len} values for shape {:?}",
+                spec.name,
+                spec.shape
+            );
         }
         Ok(got)
     }
@@ -638,18 +643,22 @@ impl<'a, T: Float> Source<'_, 'a, T> {
     pub fn matrix(&self, spec: &TensorSpec, transposed: bool) -> Result<Packed<T>> {
         let (r, c) = (spec.shape[0], spec.shape[1]);
         let (k, n) = if transposed { (c, r) } else { (r, c) };
-        let values = || -> Result<MatRef<'a, T>> {
-            let w = self.get(spec)?;
-            Ok(if transposed {
+        fn oriented<T: Copy>(w: &[T], k: usize, n: usize, transposed: bool) -> MatRef<'_, T> {
+            if transposed {
                 // SAFETY: w holds n x k values; its transpose is read with unit row stride.
                 unsafe { MatRef::from_raw(w.as_ptr(), k, n, 1, k as isize) }
             } else {
                 MatRef::from_slice(w, k, n)
-            })
-        };
+            }
+        }
+        let view = |w| oriented(w, k, n, transposed);
         let packed = match self.fetched(spec)? {
-            None => storage::<T>(self.format).pack(values()?),
-            Some(Fetched::Full) => Full.pack(values()?),
+            None => storage::<T>(self.format).pack(view(self.get(spec)?)),
+            Some(Fetched::Full) => Full.pack(view(self.get(spec)?)),
+            Some(Fetched::Values(v)) => {
+                let w = widened::<T>(&v);
+                storage::<T>(self.format).pack(view(&w))
+            }
             Some(Fetched::Bits16(f, bits)) => storage::<T>(f).pack_bits(&bits, k, n, transposed),
             Some(Fetched::Blocks(f, blocks)) => storage::<T>(f).pack_blocks(&blocks, k, n),
         };
@@ -667,6 +676,7 @@ impl<'a, T: Float> Source<'_, 'a, T> {
         let table = match self.fetched(spec)? {
             None => storage.table(self.get(spec)?, d),
             Some(Fetched::Full) => Full.table(self.get(spec)?, d),
+            Some(Fetched::Values(v)) => storage.table(&widened::<T>(&v), d),
             Some(Fetched::Bits16(f, bits)) => self::storage::<T>(f).table_bits(bits),
             Some(Fetched::Blocks(f, blocks)) => {
                 self::storage::<T>(f).table_blocks(blocks, spec.shape[0], d)
@@ -674,6 +684,11 @@ impl<'a, T: Float> Source<'_, 'a, T> {
         };
         table.map_err(|e| named(spec, e))
     }
+}
+
+/// float32 values in the compute type (exact).
+fn widened<T: Float>(v: &[f32]) -> Vec<T> {
+    v.iter().map(|&x| T::from_f64(x as f64)).collect()
 }
 
 /// `e` with the tensor's name in front (a value error).

@@ -149,8 +149,8 @@ pub fn file_bytes<W: BlockFormat>(k: usize, n: usize) -> Option<usize> {
 /// Quantizes the (K x N) matrix `v` (any strides) to `W` along K (its rows: each column's K
 /// values are that column's blocks), with the reference rounding: N runs of `ceil(K / 32)`
 /// file blocks. A column whose K is not a multiple of 32 ends in a short block (see the module
-/// documentation). `Error::Value` names the column, the row and what is wrong for a value that
-/// is not finite or a block whose scale overflows float16.
+/// documentation). `Error::Value` names the column, the depth (row of `v`) and what is wrong
+/// for a value that is not finite or a block whose scale overflows float16.
 pub fn quantize<W: BlockFormat, T: Element>(v: MatRef<'_, T>) -> Result<Vec<u8>> {
     let (k, n) = (v.rows, v.cols);
     let nb = k.div_ceil(QK);
@@ -204,17 +204,44 @@ pub fn quantize<W: BlockFormat, T: Element>(v: MatRef<'_, T>) -> Result<Vec<u8>>
         let name = W::FORMAT_NAME;
         return Err(Error::Value(match e {
             QuantizeError::NonFinite(_) => format!(
-                "{name}: the value at row {at}, column {j} is {}; {name} blocks hold finite values only",
+                "{name}: the value at depth {at} of column {j} is {}; {name} blocks hold finite \
+                 values only",
                 v.at(at, j).to_f64()
             ),
             QuantizeError::ScaleOverflow(d) => format!(
-                "{name}: the block of rows {at}..{} of column {j} is too large: its scale {d:e} \
+                "{name}: the block of depths {at}..{} of column {j} is too large: its scale {d:e} \
                  overflows float16",
                 (at + QK).min(k)
             ),
         }));
     }
     Ok(out)
+}
+
+/// What callers knowing a block format by name only can do with it (see
+/// `registry::StoredFormat::block_codec`).
+#[derive(Clone, Copy, Debug)]
+pub struct BlockCodec {
+    /// The GGUF (ggml) type name.
+    pub gguf_type: &'static str,
+    /// Bytes of one block in a file.
+    pub file_block_bytes: usize,
+    /// float32 values `(k, n)` quantized along K: [`quantize`].
+    pub quantize: for<'a> fn(MatRef<'a, f32>) -> Result<Vec<u8>>,
+    /// The first `out.len()` values of one run of file blocks: [`widen_row`].
+    pub widen_row: fn(&[u8], &mut [f32]),
+}
+
+impl BlockCodec {
+    /// The codec of format `W`.
+    pub const fn of<W: BlockFormat>() -> BlockCodec {
+        BlockCodec {
+            gguf_type: W::GGUF_TYPE,
+            file_block_bytes: W::FILE_BLOCK_BYTES,
+            quantize: quantize::<W, f32>,
+            widen_row: widen_row::<W, f32>,
+        }
+    }
 }
 
 /// The layout facts a [`BlockFormat`]'s panels must meet (checked by the formats' tests).

@@ -1,6 +1,7 @@
 //! The registration of the storage formats ([`for_each_stored_format!`], the one place that
 //! lists them) and the formats as values known by name ([`StoredFormat`], [`WeightFormat`]).
 
+use super::block::{BlockCodec, BlockFormat};
 use super::format::{Bits16, StorageFormat};
 
 /// Calls macro `$m` with every storage format below the compute types, once: the one
@@ -26,15 +27,27 @@ pub struct StoredFormat {
     name: &'static str,
     bits16: Option<Bits16>,
     block_k: usize,
+    blocks: Option<BlockCodec>,
 }
 
 impl StoredFormat {
-    /// The entry of format `W`.
-    const fn of<W: StorageFormat>() -> StoredFormat {
+    /// The entry of format `W`, a format of single values.
+    const fn values<W: StorageFormat>() -> StoredFormat {
         StoredFormat {
             name: W::FORMAT_NAME,
             bits16: W::BITS16,
             block_k: W::BLOCK_K,
+            blocks: None,
+        }
+    }
+
+    /// The entry of block format `W`.
+    const fn blocks<W: BlockFormat>() -> StoredFormat {
+        StoredFormat {
+            name: W::FORMAT_NAME,
+            bits16: None,
+            block_k: W::BLOCK_K,
+            blocks: Some(BlockCodec::of::<W>()),
         }
     }
 
@@ -45,6 +58,11 @@ impl StoredFormat {
     /// The 16-bit conversions, for a format of 16-bit values.
     pub fn bits16(self) -> Option<Bits16> {
         self.bits16
+    }
+
+    /// The quantizer and the file layout, for a block format.
+    pub fn block_codec(self) -> Option<BlockCodec> {
+        self.blocks
     }
 
     /// Depth steps one block of the format covers: 1 for a format of single values, 32 for
@@ -58,7 +76,7 @@ impl StoredFormat {
         macro_rules! list {
             ($($W:ty => $method:ident in $kind:ident),* $(,)?) => {
                 {
-                    static ALL: &[StoredFormat] = &[$(StoredFormat::of::<$W>()),*];
+                    static ALL: &[StoredFormat] = &[$(StoredFormat::$kind::<$W>()),*];
                     ALL
                 }
             };

@@ -27,7 +27,7 @@ pub const MR: usize = 12;
 /// product, the panel read from L2 once per tile): [`PF_FULL`].
 const PF_FEW: usize = 2176;
 const PF_FULL: usize = 1088;
-const WIDE_PF: usize = 8704;
+const WIDE_PF: usize = 1088;
 
 /// The 32 weights of one depth step, as two vectors (columns 0-15, 16-31).
 type Step = (__m512, __m512);
