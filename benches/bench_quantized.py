@@ -224,14 +224,17 @@ def main():
     except Exception as e:  # noqa: BLE001 - a bench note, not a failure
         print(f"(perplexity skipped: {e})")
     ppl = {}
+    ids_p = None
     if tok_ids is not None:
-        ids_p = np.asarray(tok_ids[: 4 * config.n_ctx], np.int64).reshape(4, -1)[:, : config.n_ctx]
+        windows = max(1, min(4, len(tok_ids) // config.n_ctx))
+        ids_p = np.asarray(tok_ids[: windows * config.n_ctx], np.int64).reshape(windows, -1)
         for name, m in models.items():
             ppl[name] = m.perplexity(ids_p)
     for name, m in models.items():
         rows.append([name, fmt_bytes(m.nbytes), f"{m.nbytes / full:.3f}",
                      fmt(ppl.get(name), 4), f"{100 * (ppl[name] / ppl['float32'] - 1):+.3f} %" if ppl else "-"])
-    print("\nWeights held (model.nbytes) and perplexity on the public-domain text fixture (4 x 1024 tokens, "
+    shape = "x".join(map(str, ids_p.shape)) if ppl else "-"
+    print(f"\nWeights held (model.nbytes) and perplexity on the public-domain text fixture ({shape} tokens, "
           "random weights: the size of each format's error, not a trained model's quality):\n")
     print(markdown_table(["weights", "bytes held", "x float32", "perplexity", "vs float32"], rows))
     for lm in llamas.values():

@@ -21,13 +21,12 @@ use std::arch::x86_64::*;
 /// Rows of a tile (the A panel height these kernels read).
 pub const MR: usize = 12;
 
-/// Software prefetch distance of the panels, in bytes ahead of the step being read: two
-/// blocks of `q8_0` (2 KiB), nearly four of `q4_0`. The tile kernel of a few rows (decode,
-/// B streamed from memory once) and the wide kernel: [`PF_FEW`]; a full 12-row tile (a larger
-/// product, the panel read from L2 once per tile): [`PF_FULL`].
+/// Software prefetch distance of the tile kernel's panel, in bytes ahead of the step being
+/// read: two blocks of `q8_0` (2 KiB), nearly four of `q4_0`, for a tile of a few rows
+/// (decode, B streamed from memory once); a full 12-row tile (a larger product, the panel
+/// read from L2 once per tile): [`PF_FULL`]. The wide kernel fetches one block ahead.
 const PF_FEW: usize = 2176;
 const PF_FULL: usize = 1088;
-const WIDE_PF: usize = 1088;
 
 /// The 32 weights of one depth step, as two vectors (columns 0-15, 16-31).
 type Step = (__m512, __m512);
@@ -197,13 +196,6 @@ macro_rules! avx512_blocks {
                 }
                 let sp = blk.add(SCALE_BYTES);
                 let mut step = |s: usize| {
-                    // Each panel's stream, an even share of its block a step.
-                    if WIDE_PF > 0 {
-                    for q in 0..4 {
-                        let ahead = blk.wrapping_add(q * bstride + WIDE_PF + s * (ldb / QK));
-                        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-                    }
-                    }
                     let mut av = [_mm512_setzero_ps(); M];
                     for i in 0..M {
                         av[i] = _mm512_set1_ps(*ap.add(i));
@@ -218,8 +210,21 @@ macro_rules! avx512_blocks {
                     ap = ap.add(MR);
                 };
                 if left >= QK {
-                    for s in 0..QK {
-                        step(s);
+                    // A cache line of each panel's stream every 64 bytes of steps (and the
+                    // block's last line with the first), one block ahead (closer and farther
+                    // both read slower: benches/JOURNAL.md).
+                    const U: usize = 64 / <$W as BlockFormat>::STEP_BYTES;
+                    for g in 0..QK / U {
+                        for q in 0..4 {
+                            let ahead = blk.wrapping_add(q * bstride + ldb + g * 64);
+                            _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                            if g == 0 {
+                                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(ldb - 64) as *const i8);
+                            }
+                        }
+                        for u in 0..U {
+                            step(g * U + u);
+                        }
                     }
                     left -= QK;
                 } else {
