@@ -12,9 +12,10 @@
 #   5. deps      numpy, pytest, ... as aarch64 wheels in a venv inside it (the host's pip
 #                downloads them; cached while the list is unchanged)
 #   6. pytest    the wheel installed there, pytest run in a chroot through qemu-aarch64-static
-#                registered with binfmt_misc: kernels, model, generation, 16-bit weights
-#                and the cross-architecture digests (tests/test_digests.py), for every kernel the
-#                aarch64 build offers
+#                registered with binfmt_misc: kernels, model, generation, 16-bit weights,
+#                the Llama family (tests/test_llama_model.py) and the cross-architecture
+#                digests (tests/test_digests.py, tests/test_llama_digests.py), for every kernel
+#                the aarch64 build offers
 #   7. neon-mix  the NEON tile kernels' inner loops read from the aarch64 test executable's
 #                disassembly (benches/neon_fmla_mix.py): no spill, bounded overhead a depth
 #                step; a kernel that stops meeting it fails the run
@@ -46,7 +47,8 @@ VENV=/opt/gptcore-venv # inside the root filesystem
 # The GPT-2-small-size fixture's 48-position comparison with transformers costs minutes under
 # emulation; its cross-architecture bits are checked by test_digests.py (9 positions).
 DEFAULT_TESTS=(tests/test_matmul.py tests/test_model.py tests/test_generate.py tests/test_digests.py
-  tests/test_weight_formats.py --deselect tests/test_model.py::test_fixture_gpt2_small_size)
+  tests/test_weight_formats.py tests/test_llama_model.py tests/test_llama_digests.py
+  --deselect tests/test_model.py::test_fixture_gpt2_small_size)
 (($#)) || set -- "${DEFAULT_TESTS[@]}"
 
 T0=$SECONDS
@@ -192,7 +194,8 @@ mapfile -t PYDEPS < <("$TOOLS/bin/python" - <<'EOF'
 import tomllib
 with open("pyproject.toml", "rb") as fh:
     project = tomllib.load(fh)["project"]
-for d in project["dependencies"] + ["pytest>=7", "hypothesis>=6"]:
+# safetensors: the Llama tests' numpy reference reads the fixture folders with it.
+for d in project["dependencies"] + ["pytest>=7", "hypothesis>=6", "safetensors>=0.4"]:
     print(d)
 EOF
 )

@@ -96,7 +96,9 @@ def test_info_shows_the_weights_held():
     rc, out, err = cli("info", FOLDER, "--weight-dtype", "q8_0")
     assert rc == 0 and "Weights held (q8_0)" in out, err
     assert "float32: 1 tensors" in out  # the position table
-    rc, out, err = cli("info", FOLDER, "--no-storage")
+    rc, out, err = cli("info", FOLDER)  # a folder: described from its files, no weight read
     assert rc == 0 and "Weights held" not in out
+    rc, out, err = cli("info", FOLDER, "--storage")
+    assert rc == 0 and "Weights held (float32, as loaded)" in out, err
     rc, _, err = cli("info", "gpt2", "--weight-dtype", "q8_0")
-    assert rc == 2 and "needs a model's weights" in err
+    assert rc == 2 and "need a model's weights" in err

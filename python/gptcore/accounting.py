@@ -56,8 +56,10 @@ def _check_int(fn: str, name: str, value: Any, minimum: int = 1) -> int:
 def lesson14_counting(config: GPTConfig) -> GPTConfig:
     """``config`` as Lesson 14 counts it: every projection weight, the FFN biases and the
     LayerNorm affines, but no attention biases (``bias=True, attn_bias=False,
-    ln_affine=True``). Positions and tying are kept."""
+    ln_affine=True``). Positions and tying are kept. GPT-2 family only."""
     _check_config("lesson14_counting", config)
+    if config.family != "gpt2":
+        raise ValueError(f"lesson14_counting: Lesson 14 counts GPT-2 models, not family {config.family!r}")
     return config.replace(bias=True, attn_bias=False, ln_affine=True)
 
 
@@ -66,8 +68,8 @@ class ParamCount:
     """Parameters by component. ``per_block`` is one block; ``blocks`` all of them.
 
     ``attention``, ``mlp`` and ``layernorms`` split ``per_block`` (weights and biases of the
-    attention projections, of the MLP, and the two LayerNorm affines). ``lm_head`` is 0 when
-    the head is tied to the token embedding.
+    attention projections, of the MLP, and the two norms' parameters: LayerNorm affines or
+    RMSNorm weights). ``lm_head`` is 0 when the head is tied to the token embedding.
     """
 
     token_embedding: int
@@ -106,11 +108,16 @@ class ParamCount:
 def param_count(config: GPTConfig, *, include_blocks: bool = True) -> ParamCount:
     """Count the parameters of a model with ``config`` exactly.
 
-    Per block: ``c_attn`` (d x 3d) and ``c_proj`` (d x d), plus their biases when
+    Per block, GPT-2: ``c_attn`` (d x 3d) and ``c_proj`` (d x d), plus their biases when
     ``config.attn_bias``; ``c_fc`` (d x d_ff) and the MLP ``c_proj`` (d_ff x d), plus their
-    biases when ``config.bias``; two LayerNorms of 2d when ``config.ln_affine``. Around the
-    blocks: ``wte`` (V x d), ``wpe`` (n_ctx x d) for learned positions (sinusoidal: 0), the
-    final LayerNorm (2d when affine), and the head (d x V, no bias) unless tied.
+    biases when ``config.bias``; two LayerNorms of 2d when ``config.ln_affine``. Llama:
+    ``q_proj`` (d x q), ``k_proj`` and ``v_proj`` (d x kv each) with ``q = n_heads * d_head``,
+    ``kv = n_kv_heads * d_head``, their biases (q + 2 kv) when ``config.attn_bias``,
+    ``o_proj`` (q x d, bias d when ``config.attn_out_bias``); ``gate_proj``, ``up_proj`` and
+    ``down_proj`` (d x d_ff each, biases when ``config.bias``); two RMSNorm weights of d.
+    Around the blocks: ``wte`` (V x d), ``wpe`` (n_ctx x d) for learned positions (sinusoidal
+    and rotary: 0), the final norm (LayerNorm 2d when affine, RMSNorm d), and the head (d x
+    V, no bias) unless tied.
 
     ``include_blocks=False`` leaves the blocks out (placeholders, as in LM4-T1's skeleton:
     ``param_count(GPTConfig.preset("lm4-skeleton"), include_blocks=False).total == 66112``).
@@ -125,16 +132,20 @@ def param_count(config: GPTConfig, *, include_blocks: bool = True) -> ParamCount
     if not isinstance(include_blocks, bool):
         raise TypeError(f"param_count: include_blocks must be a bool, got {include_blocks!r}")
     d, f, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
-    attention = 4 * d * d + (4 * d if cfg.attn_bias else 0)
-    mlp = 2 * d * f + ((f + d) if cfg.bias else 0)
-    layernorms = 4 * d if cfg.ln_affine else 0
+    q, kv = cfg.q_width, cfg.kv_width
+    attention = d * q + 2 * d * kv + q * d + ((q + 2 * kv) if cfg.attn_bias else 0) + (d if cfg.attn_out_bias else 0)
+    llama = cfg.family == "llama"
+    n_mlp = 3 if llama else 2
+    mlp = n_mlp * d * f + (((n_mlp - 1) * f + d) if cfg.bias else 0)
+    norm = d if llama else (2 * d if cfg.ln_affine else 0)
+    layernorms = 2 * norm
     per_block = attention + mlp + layernorms if include_blocks else 0
     if not include_blocks:
         attention = mlp = layernorms = 0
     blocks = cfg.n_layers * per_block
     token_embedding = V * d
     position_embedding = cfg.n_ctx * d if cfg.pos == "learned" else 0
-    final_ln = 2 * d if cfg.ln_affine else 0
+    final_ln = norm
     lm_head = 0 if cfg.tied else d * V
     total = token_embedding + position_embedding + blocks + final_ln + lm_head
     return ParamCount(
@@ -159,10 +170,13 @@ class FlopCount:
     ``forward`` = 2 x (block parameters + the head's d x V matrix): two FLOPs for each
     parameter that multiplies an activation (the embedding gather is free; the head costs
     ``2 d V`` whether or not it is tied). ``training`` = 3 x forward (the backward pass costs
-    about twice the forward). ``attention`` = ``4 T d`` per layer, all layers: the score
-    product ``Q K^T`` and the mix ``A V``, which carry no weights. ``attention_percent`` =
-    ``attention / forward * 100``. ``crossover_T``: the context length where the attention
-    term equals the MLP's ``4 d d_ff`` per layer, ``T* = d_ff`` (= 4d for d_ff = 4d).
+    about twice the forward). ``attention`` = ``4 T q`` per layer, all layers, with ``q =
+    n_heads * d_head`` (= d for GPT-2): the score product ``Q K^T`` and the mix ``A V``,
+    which carry no weights (grouped-query attention shares keys and values between heads but
+    not these products). ``attention_percent`` = ``attention / forward * 100``.
+    ``crossover_T``: the context length where the attention term equals the MLP's weight
+    FLOPs per layer (GPT-2: ``4 d d_ff``, so ``T* = d_ff``, = 4d for d_ff = 4d; SwiGLU's
+    three matrices: ``6 d d_ff``, so ``T* = 6 d d_ff / (4 q)``, rounded down).
     """
 
     T: int
@@ -197,14 +211,15 @@ def flops_per_token(config: GPTConfig, T: Optional[int] = None) -> FlopCount:
     T = cfg.n_ctx if T is None else _check_int("flops_per_token", "T", T)
     counts = param_count(cfg)
     forward = 2 * (counts.blocks + cfg.d_model * cfg.vocab_size)
-    attention = 4 * T * cfg.d_model * cfg.n_layers
+    attention = 4 * T * cfg.q_width * cfg.n_layers
+    mlp_flops = 2 * (3 if cfg.family == "llama" else 2) * cfg.d_model * cfg.d_ff
     return FlopCount(
         T=T,
         forward=forward,
         training=3 * forward,
         attention=attention,
         attention_percent=attention / forward * 100,
-        crossover_T=cfg.d_ff,
+        crossover_T=mlp_flops // (4 * cfg.q_width),
     )
 
 

@@ -20,13 +20,15 @@ from .hub import resolve as resolve_hub
 from .sampling import SamplingParams, samplers_for_batch
 from .stop_strings import StopStringMatcher
 from .scoring import ScoreResult
+from .chat import chat, stream_chat
 from .text import generate_text, score_text, stream_text
 from .tokenizer import Tokenizer, missing_tokenizer_message
 from .weights import gguf_checkpoint, infer_config, load_safetensors, save_safetensors, validate
-from .weights.checkpoint import open_lazy
 from .gguf.format import BLOCK_DTYPES as BLOCK_DTYPES_BY_TYPE
 from .gguf.policy import model_storage_type
+from .weights.checkpoint import inspect_checkpoint, open_lazy
 from .weights.formats import BLOCK_DTYPES, FORMATS, first_nonfinite, from_half_bits, weight_dtype_name
+from .weights.schema import _tensor_kinds
 
 __all__ = ["Model", "forward", "load", "softmax"]
 
@@ -38,8 +40,9 @@ def _dtype_name(dtype: Any, fn: str = "Model") -> str:
 
 
 def _weight_dtype(weight_dtype: Any, dtype_name: str) -> Optional[str]:
-    """None, or "bfloat16" / "float16" / "q8_0" / "q4_0" (which need dtype float32)."""
-    if weight_dtype is None:
+    """None, or "bfloat16" / "float16" / "q8_0" / "q4_0" (which need dtype float32).
+    ``"float32"`` is None: the weights in the compute dtype."""
+    if weight_dtype is None or (isinstance(weight_dtype, str) and weight_dtype == "float32"):
         return None
     wd = weight_dtype_name("weight_dtype", weight_dtype)
     if dtype_name != "float32":
@@ -61,7 +64,7 @@ def _check_quantizable(weights: Mapping[str, np.ndarray], fetch: Any, weight_dty
                                  f"{weight_dtype} blocks hold finite values only")
 
 
-def _block_policy(weights: Mapping[str, np.ndarray], weight_dtype: str) -> Any:
+def _block_policy(weights: Mapping[str, np.ndarray], weight_dtype: str, family: str) -> Any:
     """The ``fetch`` of a model whose weights ``weight_dtype`` (a block format) stores as
     llama.cpp does (``gptcore.gguf.policy``): None (quantize) for a tensor it stores, else
     ``("float32", None)`` (kept as it is)."""
@@ -69,7 +72,7 @@ def _block_policy(weights: Mapping[str, np.ndarray], weight_dtype: str) -> Any:
 
     def fetch(name: str) -> Any:
         a = weights.get(name)
-        if a is not None and model_storage_type(name, a.shape, weight_dtype) == code:
+        if a is not None and model_storage_type(name, a.shape, weight_dtype, family) == code:
             return None
         return ("float32", None)
 
@@ -90,6 +93,10 @@ def _check_ids(ids: Any, config: GPTConfig, what: str = "ids") -> Tuple[np.ndarr
     return np.ascontiguousarray(arr2, dtype=np.int64), one_d
 
 
+def _activation_width(c: GPTConfig) -> int:
+    """Values per row of a pass's work buffers: norm output and projection (2 d), the
+    Q/K/V product, the heads' outputs, and the MLP's hidden width (twice for SwiGLU's gate)."""
+    return 2 * c.d_model + c.q_width + 2 * c.kv_width + c.q_width + c.d_ff * (2 if c.family == "llama" else 1)
 #: generate's and stream's sampling and stopping options, with their defaults.
 _GENERATE_OPTIONS = dict(temperature=1.0, top_k=None, top_p=None, min_p=None, repetition_penalty=1.0,
                          frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None, greedy=False, seed=None,
@@ -103,33 +110,36 @@ def _tokens_only(steps: Iterator[Tuple[Any, Any]]) -> Iterator[Any]:
 
 def _check_run_alloc(config: GPTConfig, itemsize: int, b: int, t: int, logit_rows: int, what: str) -> None:
     """MemoryError before a run whose activations (and logits) cannot fit in memory."""
-    need = logit_rows * config.vocab_size + b * t * (4 * config.d_model + config.d_ff)
+    need = logit_rows * config.vocab_size + b * t * _activation_width(config)
     check_alloc(need * itemsize, what)
 
 
 class Model:
-    """A GPT-style decoder with its weights packed for the Rust kernels.
+    """A decoder (GPT-2 or the Llama family, ``config.family``) with its weights packed for
+    the Rust kernels.
 
     ``weights`` is a mapping of numpy arrays named as in ``gptcore.weights`` (Hugging Face
-    GPT-2 names; an optional ``"transformer."`` prefix is accepted). Without ``config`` the
+    names: GPT-2's, where an optional ``"transformer."`` prefix is accepted, or Llama's
+    ``model.*``; ``gptcore.expected_shapes(config)`` lists them). Without ``config`` the
     sizes are inferred from the shapes (``n_heads`` defaults to ``d_model // 64``). Every name,
     shape and dtype is checked once; the weights are converted to ``dtype`` (float32, the fast
     path, or float64, the reference path) and every matrix is packed once. The model is
     immutable and may be shared between threads. Between passes it keeps its work buffers and
     the memory of large logits arrays Python has let go of, for the next passes (see "Memory
     kept between passes" in the docs); they are freed with the model. ``branch_scale``
-    multiplies the two residual
-    projections (``attn.c_proj.weight`` and ``mlp.c_proj.weight``), the lesson's
-    ``1/sqrt(2N)`` experiment.
+    multiplies the two residual projections (GPT-2's ``attn.c_proj.weight`` and
+    ``mlp.c_proj.weight``, Llama's ``o_proj`` and ``down_proj``), the lesson's ``1/sqrt(2N)``
+    experiment.
 
     ``weight_dtype="bfloat16"`` or ``"float16"`` (with ``dtype="float32"``) stores the weight
-    matrices, the LM head and the embedding tables 16-bit (biases and LayerNorm parameters stay
+    matrices, the LM head and the embedding tables 16-bit (biases and norm parameters stay
     float32) and computes in float32: the model's outputs equal, bit for bit, those of the
     float32 model built from ``gptcore.round_weights(weights, weight_dtype)`` (see the
     "16-bit weights" page). ``weight_dtype="q8_0"`` or ``"q4_0"`` stores them in ggml's blocks
     (quantized with llama.cpp's reference rounding, which tensors as llama.cpp chooses: see
     ``gptcore.gguf.policy``), with the same promise against ``round_weights(weights,
-    weight_dtype)`` (see the "Quantized weights and GGUF" page).
+    weight_dtype)`` (see the "Quantized weights and GGUF files" page). ``weight_dtype="float32"``
+    (or None) keeps them in ``dtype``.
     """
 
     def __init__(
@@ -158,9 +168,10 @@ class Model:
         wd = _weight_dtype(weight_dtype, name)
         checked = validate(weights, config)
         np_dtype = _DTYPES[name]
+        residual = {n for n, _, kind in _tensor_kinds(config) if kind in ("attn_proj", "mlp_proj")}
         native_weights = {}
         for key, arr in checked.items():
-            if branch_scale != 1.0 and key.endswith("c_proj.weight"):
+            if branch_scale != 1.0 and key in residual:
                 arr = np.asarray(arr, dtype=np_dtype) * np_dtype(branch_scale)
             native_weights[key] = np.require(arr, np_dtype, ["C", "A"])
         self._config = config
@@ -172,7 +183,7 @@ class Model:
         self._weight_dtype = wd
         fetch = None
         if wd in BLOCK_DTYPES:
-            fetch = _block_policy(native_weights, wd)
+            fetch = _block_policy(native_weights, wd, config.family)
             _check_quantizable(native_weights, fetch, wd)
         self._native = _native.NativeModel(native_weights, config, name, wd, fetch)
 
@@ -275,19 +286,32 @@ class Model:
         """Log-likelihood and perplexity of ``text``; see ``gptcore.text.score_text``."""
         return score_text(self, text, **options)
 
+    def chat(self, messages: Any, max_new_tokens: int = 256, **options: Any) -> str:
+        """The assistant's reply to the conversation ``messages``, rendered by the tokenizer's
+        chat template; see ``gptcore.chat.chat``."""
+        return chat(self, messages, max_new_tokens, **options)
+
+    def stream_chat(self, messages: Any, max_new_tokens: int = 256, **options: Any) -> Iterator[str]:
+        """Yield the assistant's reply piece by piece, whole characters only; see
+        ``gptcore.chat.stream_chat``."""
+        return stream_chat(self, messages, max_new_tokens, **options)
+
     def __repr__(self) -> str:
         c = self._config
+        family = f"family={c.family!r}, " if c.family != "gpt2" else ""
+        heads = f", n_kv_heads={c.n_kv_heads}" if c.n_kv_heads != c.n_heads else ""
         return (
-            f"Model(d_model={c.d_model}, n_layers={c.n_layers}, n_heads={c.n_heads}, "
+            f"Model({family}d_model={c.d_model}, n_layers={c.n_layers}, n_heads={c.n_heads}{heads}, "
             f"vocab_size={c.vocab_size}, n_ctx={c.n_ctx}, pos={c.pos!r}, dtype={self._dtype}"
             + (f", weight_dtype={self._weight_dtype}" if self._weight_dtype else "") + ")"
         )
 
     def _check_length(self, t: int, what: str = "ids") -> None:
-        if self._config.pos == "learned" and t > self._config.n_ctx:
+        if self._config.pos != "sinusoidal" and t > self._config.n_ctx:
+            why = ("learned positions have no row for it" if self._config.pos == "learned"
+                   else "rotary positions: the model's max_position_embeddings or sliding window")
             raise ValueError(
-                f"{what}: sequence length {t} exceeds the model's context n_ctx = {self._config.n_ctx} "
-                "(learned positions have no row for it)"
+                f"{what}: sequence length {t} exceeds the model's context n_ctx = {self._config.n_ctx} ({why})"
             )
 
     def forward(
@@ -317,7 +341,7 @@ class Model:
         self._check_length(t)
         c = self._config
         rows = b * t if logits == "all" else b
-        need = rows * c.vocab_size + b * t * (4 * c.d_model + c.d_ff)
+        need = rows * c.vocab_size + b * t * _activation_width(c)
         if return_hidden:
             need += (c.n_layers + 1) * b * t * c.d_model
         check_alloc(need * self.dtype.itemsize, f"forward on ids of shape {arr.shape}")
@@ -493,7 +517,8 @@ class Model:
         not finite (NaN weights, or arithmetic that overflowed) stop generation with
         ``FloatingPointError``.
 
-        With learned positions there is no position beyond ``n_ctx``. A longer prompt is
+        With learned positions there is no position beyond ``n_ctx`` (with rotary positions,
+        ``n_ctx`` is the model's trained context or sliding window). A longer prompt is
         cropped to its last ``n_ctx`` tokens. When the running sequence would exceed ``n_ctx``,
         the ``context_shift`` oldest tokens are dropped at once and the cache is rebuilt from
         the rest (a prefill of ``n_ctx + 1 - context_shift`` tokens); the next
@@ -575,8 +600,8 @@ class Model:
         """MemoryError before a generation whose key/value cache (and, when the tokens are
         kept, the tokens and their log-probabilities) cannot fit in memory."""
         c = self._config
-        positions = min(t + n, c.n_ctx) if c.pos == "learned" else t + n
-        kv = b * c.n_layers * 2 * c.d_model * positions * self.dtype.itemsize
+        positions = min(t + n, c.n_ctx) if c.pos != "sinusoidal" else t + n
+        kv = b * c.n_layers * 2 * c.kv_width * positions * self.dtype.itemsize
         # int64 token + float64 log-probability per row and step, and two small arrays per step
         kept = n * (16 * b + 256) if hold else 0
         check_alloc(kv + kept, f"{fn}(max_new_tokens={n:,}) on {b} sequence(s) of {t:,} tokens "
@@ -589,7 +614,9 @@ class Model:
         if max_new_tokens < 0:
             raise ValueError(f"{fn}: max_new_tokens must be >= 0, got {max_new_tokens}")
         params, seeds, tokenizer = self._sampling(options, fn)
-        n_ctx, learned = self._config.n_ctx, self._config.pos == "learned"
+        # Learned and rotary positions stop at n_ctx (no table row; the rotary model's trained
+        # range or sliding window): the same crop and shift for both.
+        n_ctx, learned = self._config.n_ctx, self._config.pos != "sinusoidal"
         if isinstance(context_shift, (bool, np.bool_)) or not isinstance(context_shift, (int, np.integer)):
             raise TypeError(f"{fn}: context_shift must be an int, got {context_shift!r}")
         if not 1 <= context_shift <= n_ctx:
@@ -610,7 +637,7 @@ class Model:
         per step."""
         if max_new_tokens == 0:
             return
-        n_ctx, learned = self._config.n_ctx, self._config.pos == "learned"
+        n_ctx, learned = self._config.n_ctx, self._config.pos != "sinusoidal"
         warned = False
         b = arr.shape[0]
         stop_ids = np.array(params.stop_token_ids, dtype=np.int64) if params.stop_token_ids else None
@@ -733,8 +760,10 @@ def load(
     weight_dtype: Any = None,
     allow_nonfinite: bool = False,
 ) -> Model:
-    """Load a Hugging Face GPT-2 checkpoint folder (``config.json`` + ``model.safetensors``) or
-    a ``.safetensors`` file into a ``Model``. Pickle checkpoints are refused.
+    """Load a Hugging Face checkpoint folder (``config.json`` + ``model.safetensors``, or the
+    shards ``model.safetensors.index.json`` names) or a ``.safetensors`` file into a
+    ``Model``: GPT-2 (``model_type`` ``gpt2``) or the Llama family (``llama``, ``mistral``,
+    ``qwen2``; both transformers 4's and 5's config layout). Pickle checkpoints are refused.
 
     ``path`` may also be the name of a model on the Hugging Face Hub (``"openai-community/gpt2"``,
     ``"gpt2"``) when no file or folder of that name exists here: it is taken from the Hugging
@@ -742,22 +771,26 @@ def load(
     only) unless ``HF_HUB_OFFLINE`` is set; see ``gptcore.hub``.
 
     ``model.tokenizer`` is the folder's tokenizer (``tokenizer.json``, or ``vocab.json`` +
-    ``merges.txt``) when it has one, else ``None``: ids work either way, text calls then raise
-    an error naming the missing files. ``tokenizer`` (a folder, or a
-    ``gptcore.Tokenizer``) takes the tokenizer from elsewhere. A tokenizer with more ids
-    (added tokens included) than the model's ``vocab_size`` is a ``ValueError`` naming both
-    sizes: the two do not belong together. ``model.eos_token_ids`` are the folder's
-    ``eos_token_id`` (``generation_config.json``, else ``config.json``).
+    ``merges.txt``, with the special tokens and chat template of ``tokenizer_config.json``)
+    when it has one, else ``None``: ids work either way, text calls then raise an error naming
+    the missing files. ``tokenizer`` (a folder, or a ``gptcore.Tokenizer``) takes the
+    tokenizer from elsewhere. A tokenizer with more ids (added tokens included) than the
+    model's ``vocab_size`` is a ``ValueError`` naming both sizes: the two do not belong
+    together. ``model.eos_token_ids`` are the folder's ``eos_token_id``
+    (``generation_config.json``, else ``config.json``; Llama 3 Instruct lists several).
 
     A tensor holding a NaN or an infinity is a ``ValueError`` naming the tensor and the first
     such index (found as each tensor is read, no extra copy); ``allow_nonfinite=True`` loads
     it anyway, to debug it.
 
-    With ``weight_dtype`` (``"bfloat16"`` or ``"float16"``) the weight matrices and embedding
-    tables are stored 16-bit: the tensors are read one at a time and packed (BF16/F16 tensors
-    of that format bit for bit, others rounded to nearest even), so no float32 copy of the
-    model is made. ``"q8_0"`` / ``"q4_0"`` quantize them, one at a time, to ggml's blocks
-    (which tensors: ``gptcore.gguf.policy``).
+    ``weight_dtype`` (``"bfloat16"`` or ``"float16"``) stores the weight matrices and
+    embedding tables 16-bit: the tensors are read one at a time and packed (BF16/F16 tensors of
+    that format bit for bit, others rounded to nearest even), so no float32 copy of the model
+    is made; ``"q8_0"`` / ``"q4_0"`` quantize them, one at a time, to ggml's blocks (which
+    tensors: ``gptcore.gguf.policy``). By default (``None``, with ``dtype="float32"``) a
+    checkpoint whose weight matrices and embedding tables are all stored in one 16-bit format
+    keeps it (the usual bfloat16 Llama folder computes in float32 from bfloat16 weights, at half
+    the memory); ``weight_dtype="float32"`` widens them to float32.
 
     A GGUF file (architecture ``gpt2``; F32, F16, BF16, Q8_0 and Q4_0 tensors) loads the same
     way, with its configuration and tokenizer from its metadata (see
@@ -778,7 +811,10 @@ def load(
     p, _ = resolve_hub(text)
     if gguf_checkpoint.is_gguf(p):
         return _load_gguf(p, name, n_heads, tokenizer, weight_dtype, allow_nonfinite)
-    wd = _weight_dtype(weight_dtype, name)
+    if weight_dtype is None and name == "float32":
+        wd = inspect_checkpoint(p, n_heads).stored_format
+    else:
+        wd = _weight_dtype(weight_dtype, name)
     if wd is not None:
         model = Model._from_checkpoint_lazily(p, wd, n_heads, allow_nonfinite)
     else:

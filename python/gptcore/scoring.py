@@ -175,7 +175,7 @@ class ExactSum:
 def resolve_window(model: Any, context: Optional[int] = None, stride: Optional[int] = None) -> Tuple[int, int]:
     """``(context, stride)`` for ``model`` with the defaults filled in: ``context`` defaults to
     the model's ``n_ctx``, ``stride`` to half the context (as in Hugging Face's example);
-    a context beyond ``n_ctx`` is refused for learned positions."""
+    a context beyond ``n_ctx`` is refused for learned and rotary positions."""
     config = model.config
     if context is None:
         context = config.n_ctx
@@ -183,8 +183,8 @@ def resolve_window(model: Any, context: Optional[int] = None, stride: Optional[i
     if stride is None:
         stride = max(1, context // 2)
     context, stride = _check_window(context, stride)
-    if config.pos == "learned" and context > config.n_ctx:
-        raise ValueError(f"context must be <= the model's n_ctx = {config.n_ctx} (learned positions), got {context}")
+    if config.pos != "sinusoidal" and context > config.n_ctx:
+        raise ValueError(f"context must be <= the model's n_ctx = {config.n_ctx} ({config.pos} positions), got {context}")
     return context, stride
 
 

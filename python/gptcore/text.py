@@ -51,12 +51,12 @@ class _TextModel(Protocol):
 
 
 def encode_prompt(model: _TextModel, prompt: Any, fn: str) -> np.ndarray:
-    """The prompt's ids, or a clear error for a model without tokenizer, a non-str or an
-    empty prompt."""
+    """The prompt's ids (with what the tokenizer's post-processor adds: Llama 3's BOS), or a
+    clear error for a model without tokenizer, a non-str or an empty prompt."""
     tok = model._require_tokenizer(fn)
     if not isinstance(prompt, str):
         raise TypeError(f"{fn}: prompt must be a str, got {type(prompt).__name__}")
-    ids = tok.encode(prompt)
+    ids = tok.encode(prompt, add_special_tokens=True)
     if ids.size == 0:
         raise ValueError(f"{fn}: prompt is empty (GPT-2 has no start token to generate from)")
     return ids
@@ -186,15 +186,16 @@ def score_text(
     """Log-likelihood and perplexity of ``text`` (a ``gptcore.scoring.ScoreResult``:
     ``tokens``, ``nll``, ``mean``, ``perplexity``, ``logprobs``).
 
-    The text is encoded and scored with ``gptcore.scoring.score_ids``: every token but the
-    first is scored once; a text longer than ``context`` (default ``n_ctx``) is cut into
+    The text is encoded (with what the tokenizer's post-processor adds: Llama 3's BOS, which
+    is then the unscored first token) and scored with ``gptcore.scoring.score_ids``: every
+    token but the first is scored once; a text longer than ``context`` (default ``n_ctx``) is cut into
     windows every ``stride`` tokens (default ``context // 2``), and each token after the first
     window is predicted from at least ``context - stride`` tokens before it.
     """
     tok = model._require_tokenizer("score_text")
     if not isinstance(text, str):
         raise TypeError(f"score_text: text must be a str, got {type(text).__name__}")
-    ids = tok.encode(text)
+    ids = tok.encode(text, add_special_tokens=True)
     if ids.size < 2:
         raise ValueError(f"score_text: the text has {ids.size} token(s); scoring needs at least 2 "
                          "(the first token is never scored)")

@@ -17,6 +17,10 @@ either side) must encode to the same ids whole and cut. A tokenizer that fails t
 special token that absorbs the line break before it) is given the whole file at once, up to
 ``max_line_bytes``.
 
+The tokens a tokenizer's post-processor puts in front of a text (Llama 3's
+``<|begin_of_text|>``; GPT-2's, Qwen2's and SmolLM2's put none) come first, as their own
+piece, as when the whole text is encoded for the model.
+
 Past ``max_line_bytes`` without a usable cut (a line that long, ``/dev/zero``), reading stops
 with a ``ValueError`` naming the file and the limit, before that text is encoded.
 """
@@ -55,12 +59,17 @@ def _open(path: Any) -> IO[bytes]:
 def token_pieces(path: Any, tokenizer: Any, *, max_line_bytes: int = MAX_LINE_BYTES,
                  name: Optional[str] = None) -> Iterator[np.ndarray]:
     """The token ids of the UTF-8 text file ``path`` (``"-"``: standard input), in pieces
-    whose concatenation is ``tokenizer.encode`` of the whole text (see the module). Raises
+    whose concatenation is ``tokenizer.encode(text, add_special_tokens=True)`` of the whole
+    text (see the module): the post-processor's leading tokens, if any, then the text's. Raises
     ``OSError`` as opening and reading the file do, ``UnicodeDecodeError``-based
     ``ValueError`` naming the byte and its offset for text that is not UTF-8, and
     ``TextTooLongError`` past ``max_line_bytes`` of text without a usable cut."""
     label = name if name is not None else str(path)
     with _open(path) as fh:
+        lead = getattr(tokenizer, "leading_special_ids", None)
+        lead = lead() if lead is not None else np.zeros(0, np.int64)
+        if lead.size:
+            yield lead
         yield from _pieces(fh, tokenizer, max_line_bytes, label)
 
 

@@ -2,8 +2,12 @@
 
 A GPT-2 folder from the Hub holds its tokenizer either as ``tokenizer.json`` (the fast
 tokenizer's full description) or as the byte-level BPE pair ``vocab.json`` + ``merges.txt``;
-``Tokenizer.from_folder`` reads either. Ids are numpy ``int64`` arrays, as everywhere in
-gptcore. Nothing here splits or merges text by hand: the Rust library does all of it.
+``Tokenizer.from_folder`` reads either. Llama 3's, Qwen2's and SmolLM2's folders hold
+``tokenizer.json`` (byte-level BPE with added special tokens) and beside it
+``tokenizer_config.json`` (the BOS and EOS tokens, the chat template),
+``generation_config.json`` and ``config.json`` (the ids that end generation); ``from_folder``
+reads those too. Ids are numpy ``int64`` arrays, as everywhere in gptcore. Nothing here
+splits or merges text by hand: the Rust library does all of it.
 
 Byte-level BPE cuts text into bytes before merging, so one character (``é`` is two UTF-8
 bytes, most emoji four) may be spread over several tokens. ``Tokenizer.decode`` of a
@@ -13,11 +17,15 @@ decoder (``Tokenizer.stream``) holds such tokens back until the character is com
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
+
+from .chat_template import ChatTemplate
+from .generation_config import eos_token_ids
 
 __all__ = ["Tokenizer", "StreamDecoder", "TOKENIZER_FILES"]
 
@@ -69,32 +77,85 @@ def missing_tokenizer_message(folder: Union[str, "os.PathLike[str]", None]) -> s
             "(the files of a Hugging Face GPT-2 folder)")
 
 
+def _read_json(path: Path, fn: str) -> Any:
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            return json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{fn}: {str(path)!r} is not valid JSON: {e}") from None
+
+
+def _token_text(value: Any, where: str, field: str) -> Optional[str]:
+    """A special token as ``tokenizer_config.json`` writes it: a string, an AddedToken dict
+    (``{"content": ...}``) or null."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return value["content"]
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"{where}: {field} must be a token string, an object with 'content', or null; got {value!r}")
+
+
 class Tokenizer:
     """Token ids for text and text for token ids.
 
     Build one with ``from_folder`` (a Hugging Face model folder), ``from_file``
     (a ``tokenizer.json``) or by wrapping a ``tokenizers.Tokenizer``. Padding and truncation
     settings stored in the file are switched off: gptcore wants every token of the text.
+
+    ``special_tokens`` (``{"bos_token": ..., "eos_token": ..., ...}``, the strings a chat
+    template sees), ``eos_ids`` (the ids that end generation; default: the first of
+    ``<|endoftext|>``, ``</s>``, ``<eos>`` in the vocabulary) and ``chat_template`` come from
+    a folder's ``tokenizer_config.json``, ``generation_config.json`` and ``config.json``
+    when ``from_folder`` reads it.
     """
 
-    def __init__(self, tokenizer: Any, *, source: Optional[str] = None) -> None:
+    def __init__(self, tokenizer: Any, *, source: Optional[str] = None,
+                 special_tokens: Optional[Mapping[str, str]] = None, eos_ids: Optional[Iterable[int]] = None,
+                 chat_template: Optional[ChatTemplate] = None) -> None:
         tk = _tokenizers()
         if not isinstance(tokenizer, tk.Tokenizer):
             raise TypeError(f"Tokenizer: expected a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+        if chat_template is not None and not isinstance(chat_template, ChatTemplate):
+            raise TypeError(f"Tokenizer: chat_template must be a ChatTemplate or None, got {type(chat_template).__name__}")
         tokenizer.no_padding()
         tokenizer.no_truncation()
         self._tk = tokenizer
         self._source = source
         # Ids need not be dense: the largest id (added tokens included) bounds them, not the count.
-        ids = tokenizer.get_vocab(with_added_tokens=True).values()
-        self._vocab_size = max(int(tokenizer.get_vocab_size(with_added_tokens=True)), max(ids, default=-1) + 1)
-        eos = None
-        for name in _EOS_NAMES:
-            i = tokenizer.token_to_id(name)
-            if i is not None:
-                eos = int(i)
-                break
-        self._eos_id = eos
+        all_ids = tokenizer.get_vocab(with_added_tokens=True).values()
+        self._vocab_size = max(int(tokenizer.get_vocab_size(with_added_tokens=True)), max(all_ids, default=-1) + 1)
+        self._special = {k: v for k, v in dict(special_tokens or {}).items() if v is not None}
+        for k, v in self._special.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise TypeError(f"Tokenizer: special_tokens must map names to token strings, got {k!r}: {v!r}")
+        if eos_ids is None:
+            ids: List[int] = []
+            eos_text = self._special.get("eos_token")
+            if eos_text is not None and tokenizer.token_to_id(eos_text) is not None:
+                ids.append(int(tokenizer.token_to_id(eos_text)))
+            else:
+                for name in _EOS_NAMES:
+                    i = tokenizer.token_to_id(name)
+                    if i is not None:
+                        ids.append(int(i))
+                        break
+        else:
+            ids = []
+            for i in eos_ids:
+                if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+                    raise TypeError(f"Tokenizer: eos_ids must be int token ids, got {i!r}")
+                if not 0 <= int(i) < self._vocab_size:
+                    raise ValueError(f"Tokenizer: eos id {int(i)} is out of range [0, {self._vocab_size})")
+                if int(i) not in ids:
+                    ids.append(int(i))
+        self._eos_ids = tuple(ids)
+        self._eos_id = ids[0] if ids else None
+        bos_text = self._special.get("bos_token")
+        bos = tokenizer.token_to_id(bos_text) if bos_text is not None else None
+        self._bos_id = None if bos is None else int(bos)
+        self._chat_template = chat_template
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -133,16 +194,42 @@ class Tokenizer:
         if not p.is_dir():
             raise FileNotFoundError(f"Tokenizer.from_folder: no such folder: {str(p)!r}")
         if (p / "tokenizer.json").is_file():
-            return cls.from_file(p / "tokenizer.json")
+            return cls._with_folder_settings(cls.from_file(p / "tokenizer.json"), p)
         vocab, merges = p / "vocab.json", p / "merges.txt"
         if vocab.is_file() and merges.is_file():
-            return cls._from_pair(vocab, merges)
+            return cls._with_folder_settings(cls._from_pair(vocab, merges), p)
         if vocab.is_file() or merges.is_file():
             missing = "merges.txt" if vocab.is_file() else "vocab.json"
             raise FileNotFoundError(
                 f"Tokenizer.from_folder: {str(p)!r} has no tokenizer.json and only half of the "
                 f"vocab.json + merges.txt pair: {missing} is missing")
         raise FileNotFoundError(f"Tokenizer.from_folder: {missing_tokenizer_message(p)}")
+
+    @classmethod
+    def _with_folder_settings(cls, tok: "Tokenizer", folder: Path) -> "Tokenizer":
+        """``tok`` with the special tokens, chat template and end-of-generation ids of the
+        folder's ``tokenizer_config.json`` (and ``chat_template.jinja``),
+        ``generation_config.json`` and ``config.json``, where there are such files."""
+        fn = "Tokenizer.from_folder"
+        special: Dict[str, str] = {}
+        tc_path = folder / "tokenizer_config.json"
+        tc = _read_json(tc_path, fn) if tc_path.is_file() else {}
+        if not isinstance(tc, dict):
+            raise ValueError(f"{fn}: {str(tc_path)!r} must hold a JSON object, got a {type(tc).__name__}")
+        for field in ("bos_token", "eos_token", "unk_token", "pad_token"):
+            text = _token_text(tc.get(field), f"{fn}: {str(tc_path)!r}", field)
+            if text is not None:
+                if tok._tk.token_to_id(text) is None:
+                    raise ValueError(f"{fn}: {field} {text!r} in {str(tc_path)!r} is not in the tokenizer's vocabulary")
+                special[field] = text
+        template = ChatTemplate.from_folder(folder)
+        try:
+            eos_ids = eos_token_ids(folder, tok.vocab_size)
+        except ValueError as e:
+            raise ValueError(f"{fn}: {e}") from None
+        if not special and template is None and eos_ids is None:
+            return tok
+        return cls(tok._tk, source=tok._source, special_tokens=special, eos_ids=eos_ids, chat_template=template)
 
     @classmethod
     def _from_pair(cls, vocab: Path, merges: Path) -> "Tokenizer":
@@ -172,8 +259,46 @@ class Tokenizer:
 
     @property
     def eos_id(self) -> Optional[int]:
-        """The end-of-text token (``<|endoftext|>`` for GPT-2), or ``None``."""
+        """The end-of-text token (``<|endoftext|>`` for GPT-2; the first of ``eos_ids``), or
+        ``None``."""
         return self._eos_id
+
+    @property
+    def eos_ids(self) -> Tuple[int, ...]:
+        """Every id that ends generation: a folder's ``generation_config.json`` (or
+        ``config.json``) ``eos_token_id`` (Llama 3 Instruct lists ``<|end_of_text|>`` and
+        ``<|eot_id|>``), else the ``eos_token`` of ``tokenizer_config.json``, else
+        ``eos_id``."""
+        return self._eos_ids
+
+    @property
+    def bos_id(self) -> Optional[int]:
+        """The id of ``tokenizer_config.json``'s ``bos_token``, or ``None``. Whether
+        ``encode(..., add_special_tokens=True)`` adds it is the tokenizer's post-processor's
+        choice (Llama 3's adds it; Qwen2's, SmolLM2's and GPT-2's add nothing)."""
+        return self._bos_id
+
+    @property
+    def special_tokens(self) -> Dict[str, str]:
+        """The named special tokens (``bos_token``, ``eos_token``, ``unk_token``,
+        ``pad_token``) a chat template sees."""
+        return dict(self._special)
+
+    @property
+    def chat_template(self) -> Optional[ChatTemplate]:
+        """The folder's chat template, or ``None``."""
+        return self._chat_template
+
+    def apply_chat_template(self, messages: Any, *, add_generation_prompt: bool = False,
+                            template: Optional[str] = None, **kwargs: Any) -> str:
+        """``messages`` rendered by the chat template as transformers renders them (see
+        ``gptcore.chat_template.ChatTemplate.render``), with this tokenizer's special tokens."""
+        if self._chat_template is None:
+            where = f" in {self._source!r}" if self._source else ""
+            raise ValueError(f"apply_chat_template: the tokenizer{where} has no chat template "
+                             "(tokenizer_config.json's chat_template, or chat_template.jinja)")
+        return self._chat_template.render(messages, add_generation_prompt=add_generation_prompt, template=template,
+                                          special_tokens=self._special, **kwargs)
 
     @property
     def backend(self) -> Any:
@@ -185,12 +310,28 @@ class Tokenizer:
         return f"Tokenizer(vocab_size={self._vocab_size}{src})"
 
     # ------------------------------------------------------------------ text <-> ids
-    def encode(self, text: str) -> np.ndarray:
-        """Token ids of ``text``, a 1-D ``int64`` array (empty for ``""``). No special tokens
-        are added; special tokens written in the text (``<|endoftext|>``) are recognised."""
+    def leading_special_ids(self) -> np.ndarray:
+        """The ids ``encode(text, add_special_tokens=True)`` puts in front of every text (Llama
+        3's ``<|begin_of_text|>``), found by encoding a probe both ways; empty for most
+        tokenizers (GPT-2's, Qwen2's, SmolLM2's)."""
+        if not hasattr(self, "_lead"):
+            probe = "Liberty"
+            plain = self._tk.encode(probe, add_special_tokens=False).ids
+            full = self._tk.encode(probe, add_special_tokens=True).ids
+            k = next((i for i in range(len(full) - len(plain) + 1) if full[i:i + len(plain)] == plain), 0)
+            self._lead = np.array(full[:k], dtype=np.int64)
+        return self._lead.copy()
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> np.ndarray:
+        """Token ids of ``text``, a 1-D ``int64`` array (empty for ``""``). Special tokens
+        written in the text (``<|endoftext|>``) are recognised. With ``add_special_tokens``
+        the tokenizer's post-processor adds what it adds (Llama 3's: ``<|begin_of_text|>`` in
+        front), as a prompt is encoded for generation."""
         if not isinstance(text, str):
             raise TypeError(f"encode: text must be a str, got {type(text).__name__}")
-        ids = self._tk.encode(text, add_special_tokens=False).ids
+        if not isinstance(add_special_tokens, bool):
+            raise TypeError(f"encode: add_special_tokens must be a bool, got {add_special_tokens!r}")
+        ids = self._tk.encode(text, add_special_tokens=add_special_tokens).ids
         return np.array(ids, dtype=np.int64)
 
     def decode(self, ids: Any) -> str:

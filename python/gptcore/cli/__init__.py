@@ -1,17 +1,18 @@
-"""The ``gptcore`` command: ``info``, ``demo``, ``bench``, ``generate``, ``perplexity``,
-``score`` and ``quantize``.
+"""The ``gptcore`` command: ``info``, ``demo``, ``bench``, ``generate``, ``chat``,
+``perplexity``, ``score`` and ``quantize``.
 
 ``gptcore info MODEL`` prints the accounting of a preset, a model folder or a safetensors file
 (parameters by component, FLOPs per token, the attention share, the logits memory, the
 Chinchilla budget); ``gptcore demo`` runs Lesson 14's toy model and prints the lesson's
 numbers; ``gptcore bench`` times a GPT-2-sized matrix product against numpy;
-``gptcore generate`` continues a prompt and ``gptcore perplexity`` scores text files, with a
-model folder's tokenizer; ``gptcore score`` scores documents (token ids or text) in this
-process or on a Dask cluster; ``gptcore quantize`` writes a model as a GGUF file with q8_0 /
-q4_0 (or 16-bit) weights.
+``gptcore generate`` continues a prompt, ``gptcore chat`` talks with a chat model through its
+chat template and ``gptcore perplexity`` scores text files, with a model folder's tokenizer;
+``gptcore score`` scores documents (token ids or text) in this process or on a Dask cluster;
+``gptcore quantize`` writes a model as a GGUF file with q8_0 / q4_0 (or 16-bit) weights.
 
 One module per command (``gptcore.cli.info``, ``.demo``, ``.bench``, ``.generate``,
-``.perplexity``, ``.score``, ``.quantize``), each with ``add_parser(subparsers)`` and ``run(args) -> int``;
+``.chat``, ``.perplexity``, ``.score``, ``.quantize``), each with ``add_parser(subparsers)`` and
+``run(args) -> int``;
 what they share (argument types, the thread and model options, the loader, the exit-status
 contract) is in ``gptcore.cli._common``.
 
@@ -32,13 +33,13 @@ import sys
 from typing import Optional, Sequence
 
 from .. import __version__, _env
-from . import bench, demo, generate, info, perplexity, quantize, score
+from . import bench, chat, demo, generate, info, perplexity, quantize, score
 from ._common import Fail
 
 __all__ = ["main"]
 
 #: The commands in the order ``gptcore --help`` lists them.
-COMMANDS = (info, demo, bench, generate, perplexity, score, quantize)
+COMMANDS = (info, demo, bench, generate, chat, perplexity, score, quantize)
 
 
 def build_parser() -> argparse.ArgumentParser:

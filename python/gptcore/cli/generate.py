@@ -201,11 +201,11 @@ def run(args: argparse.Namespace) -> int:
     opts = _sampling(args, model.config.vocab_size)
     tok = model.tokenizer
     t0 = time.perf_counter()
-    ids = tok.encode(prompt)
+    ids = tok.encode(prompt, add_special_tokens=True)
     t_encode = time.perf_counter() - t0
     if ids.size == 0:
         raise Fail("the prompt encodes to no tokens (GPT-2 has no start token to generate from)", 2)
-    learned = model.config.pos == "learned"
+    learned = model.config.pos != "sinusoidal"  # learned and rotary positions stop at n_ctx
     prompt_len = min(len(ids), n_ctx) if learned else len(ids)
     if args.max_new_tokens == 0:
         prompt_len = 0  # nothing to generate: not even the prompt goes through the model

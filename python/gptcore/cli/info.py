@@ -1,8 +1,10 @@
 """``gptcore info MODEL``: the accounting of a preset, a model folder, a safetensors file or a
 GGUF file (parameters by component, FLOPs per token, the attention share, the logits memory,
 the Chinchilla budget); for a GGUF file also its metadata and each tensor's type, shape and
-bytes; for a model's weights (a folder or file) each large tensor as the loaded model holds it
-(its storage format and the bytes held, ``--weight-dtype`` choosing another format)."""
+bytes. A folder or safetensors file is described from its ``config.json`` and the headers
+alone: no weight is read. Each large tensor as the loaded model holds it (its storage format
+and the bytes held) is listed for a GGUF file, and for any model with ``--storage`` or
+``--weight-dtype`` (which loads it, in that format)."""
 
 from __future__ import annotations
 
@@ -11,22 +13,25 @@ from pathlib import Path
 from typing import List, Tuple
 
 from ..accounting import chinchilla, flops_per_token, logits_memory, param_count
-from ..config import PRESETS, GPTConfig
+from ..config import LLAMA_PRESETS, PRESETS, GPTConfig
 from ..hub import resolve as resolve_hub
 from ..model import load
 from ..lessons import lesson14_counting
 from ..tokenizer import Tokenizer
-from ..weights import gguf_checkpoint, infer_config, load_safetensors
+from ..weights import gguf_checkpoint
+from ..weights.checkpoint import inspect_checkpoint
 from ..weights.formats import WEIGHT_DTYPES
 from ._common import Fail, file_error, fmt_int, fmt_size, positive, table
 
 __all__ = ["add_parser", "run"]
 
+_PRESET_NAMES = sorted(PRESETS) + sorted(LLAMA_PRESETS)
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="parameters, FLOPs and memory of a preset model")
     info.add_argument("model", type=_model_arg, metavar="MODEL",
-                      help="a preset (any case: " + ", ".join(sorted(PRESETS)) + "), a model folder, a .safetensors "
+                      help="a preset (any case: " + ", ".join(_PRESET_NAMES) + "), a model folder, a .safetensors "
                            "file or a .gguf file")
     info.add_argument("--T", type=positive, default=None, help="context length for FLOPs and logits (default: n_ctx)")
     info.add_argument("--batch", type=positive, default=1, help="batch size for the logits memory (default 1)")
@@ -34,10 +39,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     info.add_argument("--lesson-counting", action="store_true",
                       help="count as Lesson 14 does: FFN biases and LayerNorm affines, no attention biases")
     info.add_argument("--no-blocks", action="store_true", help="leave the blocks out (placeholder skeleton, LM4-T1)")
+    info.add_argument("--storage", action="store_true",
+                      help="load the model and list each weight tensor as it holds it (always done for a .gguf file)")
     info.add_argument("--weight-dtype", choices=list(WEIGHT_DTYPES), default=None,
-                      help="for a model's weights: show them held in this format (default: as gptcore.load holds them)")
-    info.add_argument("--no-storage", action="store_true",
-                      help="do not load the model to show how its weights are held")
+                      help="with the list of weights held: load the model with its weights in this format")
     info.set_defaults(func=run)
     return info
 
@@ -52,14 +57,15 @@ def run(args: argparse.Namespace) -> int:
     mem = logits_memory(args.batch, T, cfg.vocab_size, bytes=args.bytes)
     budget = chinchilla(counts.total)
     head = "0 (tied)" if cfg.tied else fmt_int(counts.lm_head)
-    pos = fmt_int(counts.position_embedding) + ("" if cfg.pos == "learned" else " (sinusoidal)")
+    pos = fmt_int(counts.position_embedding) + ("" if cfg.pos == "learned" else f" ({cfg.pos})")
+    norm = "final RMSNorm" if cfg.family == "llama" else "final LayerNorm"
     sections = [
         ("Parameters", [
             ("token embedding", fmt_int(counts.token_embedding)),
             ("position embedding", pos),
             ("per block", fmt_int(counts.per_block)),
             (f"blocks (x {counts.n_blocks})", fmt_int(counts.blocks)),
-            ("final LayerNorm", fmt_int(counts.final_ln)),
+            (norm, fmt_int(counts.final_ln)),
             ("LM head", head),
             ("total", fmt_int(counts.total)),
             ("blocks share", f"{counts.share('blocks') * 100:.2f} %"),
@@ -82,10 +88,11 @@ def run(args: argparse.Namespace) -> int:
         ]),
     ]
     out = [f"{args.model}: {_describe(cfg)}"] + header + [""] + table(sections)
-    if args.model.lower() not in PRESETS and not args.no_storage:
+    preset = args.model.lower() in _PRESET_NAMES and not Path(args.model).exists()
+    if preset and (args.weight_dtype or args.storage):
+        raise Fail("--storage and --weight-dtype need a model's weights (a folder or file), not a preset", 2)
+    if not preset and (args.storage or args.weight_dtype or gguf_checkpoint.is_gguf(Path(args.model))):
         out += [""] + _storage(args.model, args.weight_dtype, counts.nbytes(4))
-    elif args.weight_dtype is not None and args.model.lower() in PRESETS:
-        raise Fail("--weight-dtype needs a model's weights (a folder or file), not a preset", 2)
     print("\n".join(out))
     return 0
 
@@ -109,14 +116,14 @@ def _storage(model: str, weight_dtype: "str | None", float32_bytes: int) -> List
         totals[fmt] = (c + 1, b + nbytes)
     for fmt, (c, b) in sorted(totals.items()):
         lines.append(f"  {fmt}: {c} tensors, {b:,} bytes")
-    lines.append(f"  all weights held (biases and LayerNorms included): {m.nbytes:,} bytes, "
+    lines.append(f"  all weights held (biases and norms included): {m.nbytes:,} bytes, "
                  f"{m.nbytes / float32_bytes:.3f} x the parameters in float32")
     return lines
 
 
 def _model_arg(text: str) -> str:
     """``info``'s MODEL: a preset name in any case, or an existing folder or file."""
-    if text.lower() in PRESETS or Path(text).exists():
+    if text.lower() in _PRESET_NAMES or Path(text).exists():
         return text
     try:  # a Hugging Face Hub name already in the cache (info downloads nothing)
         folder, repo = resolve_hub(text, fn="info", download=False)
@@ -125,11 +132,13 @@ def _model_arg(text: str) -> str:
     if repo is not None:
         return str(folder)
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {text!r} is neither a preset ({', '.join(sorted(PRESETS))}), an existing model folder, "
+        f"invalid choice: {text!r} is neither a preset ({', '.join(_PRESET_NAMES)}), an existing model folder, "
         ".safetensors file or .gguf file, nor a model in the Hugging Face cache")
 
 
 def _describe(cfg: GPTConfig) -> str:
+    if cfg.family == "llama":
+        return _describe_llama(cfg)
     parts = [
         f"vocab {cfg.vocab_size:,}",
         f"context {cfg.n_ctx:,}",
@@ -152,23 +161,46 @@ def _describe(cfg: GPTConfig) -> str:
     return ", ".join(parts)
 
 
+def _describe_llama(cfg: GPTConfig) -> str:
+    rope = f"rotary positions (theta {cfg.rope_theta:g}"
+    rope += f", {cfg.rope_scaling.rope_type} x{cfg.rope_scaling.factor:g})" if cfg.rope_scaling else ")"
+    biases = [name for name, on in (("q/k/v", cfg.attn_bias), ("output", cfg.attn_out_bias), ("MLP", cfg.bias)) if on]
+    parts = [
+        "Llama family",
+        f"vocab {cfg.vocab_size:,}",
+        f"context {cfg.n_ctx:,}",
+        f"d_model {cfg.d_model}",
+        f"heads {cfg.n_heads} (key/value heads {cfg.n_kv_heads}, width {cfg.head_dim})",
+        f"layers {cfg.n_layers}",
+        f"SwiGLU d_ff {cfg.d_ff}",
+        rope,
+        "tied head" if cfg.tied else "separate head",
+        ("biases: " + ", ".join(biases)) if biases else "no biases",
+        f"RMSNorm eps {cfg.ln_eps:g}",
+    ]
+    return ", ".join(parts)
+
+
 def _info_config(model: str) -> Tuple[GPTConfig, List[str]]:
     """The configuration ``info`` describes, and lines that say where it came from."""
-    if model.lower() in PRESETS:
+    if model.lower() in _PRESET_NAMES:
         return GPTConfig.preset(model.lower()), []
     p = Path(model)
     if gguf_checkpoint.is_gguf(p):
         return _gguf_config(p)
     try:
-        weights, cfg = load_safetensors(p, allow_nonfinite=True)  # described, not run
+        found = inspect_checkpoint(p, fn="info")  # headers only: described, not run
     except FileNotFoundError as e:
         raise Fail(file_error(e)) from None
     except (ValueError, TypeError) as e:
         raise Fail(str(e)) from None
+    cfg = found.config
     lines = []
-    if cfg is None:
-        cfg = infer_config(weights)
+    if found.source == "the configuration inferred from the shapes":
         lines.append(f"  (no stored configuration: sizes inferred from the tensors, {cfg.n_heads} heads of 64 assumed)")
+    stored = sorted(set(found.dtypes.values()))
+    lines.append(f"  stored as {', '.join(stored)}" + (
+        f": gptcore.load keeps the {found.stored_format} weights (float32 arithmetic)" if found.stored_format else ""))
     if p.is_dir():
         try:
             tok = Tokenizer.from_folder(p)

@@ -1,4 +1,5 @@
-"""Checkpoints: Hugging Face GPT-2 folders and safetensors files, read and written.
+"""Checkpoints: Hugging Face folders (GPT-2, Llama, Mistral, Qwen2) and safetensors files,
+read and written.
 
 A checkpoint is a folder (``model.safetensors``, or the shards that
 ``model.safetensors.index.json`` names, and usually ``config.json``) or a single
@@ -10,6 +11,8 @@ refused, never opened. Three ways through it, all on the one safetensors reader 
 * ``open_lazy``: for a model whose weights are stored in a 16-bit format, the small float32
   tensors now and each large tensor when the model packs it, so that no float32 copy of the
   model exists;
+* ``inspect_checkpoint``: the configuration and the storage format, from ``config.json`` and
+  the files' headers alone (no tensor is read);
 * ``save_safetensors``: a folder or a file, in float32 / float64 or a 16-bit format.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -38,10 +42,10 @@ from .formats import (
     widen,
 )
 from .hf_config import config_from_hf, hf_config
-from .schema import _PREFIX, Weights, _check_config, _tensor_kinds, normalize_names
+from .schema import _PREFIX, TOKEN_EMBEDDINGS, Weights, _check_config, _tensor_kinds, normalize_names
 from .validation import _check_dtypes, infer_config, validate
 
-__all__ = ["load_safetensors", "open_lazy", "save_safetensors"]
+__all__ = ["CheckpointInfo", "inspect_checkpoint", "load_safetensors", "open_lazy", "save_safetensors"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -69,6 +73,12 @@ def _not_found(what: str, path: Path) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, f"load_safetensors: {what}", str(path))
 
 
+class MissingShardError(FileNotFoundError, ValueError):
+    """A shard that ``model.safetensors.index.json`` names is not in the folder: a missing
+    file (``FileNotFoundError``) and a checkpoint that contradicts its own index
+    (``ValueError``) at once, so either ``except`` catches it."""
+
+
 def _unreadable(path: Path, e: OSError) -> ValueError:
     return ValueError(f"load_safetensors: {str(path)!r} cannot be read: {e.strerror or e}")
 
@@ -88,7 +98,9 @@ def _read_json(path: Path, what: str) -> Any:
 
 def _shard_files(folder: Path, index: Path) -> List[Path]:
     """The shard files that ``model.safetensors.index.json`` names, checked: plain file names
-    in ``folder`` (no paths, so that an index cannot point elsewhere), each present."""
+    in ``folder`` (no paths, so that an index cannot point elsewhere), each present. (That
+    each tensor the index places in a shard is there: ``_check_index``, once the headers are
+    read.)"""
     content = _read_json(index, "the shard index")
     if not isinstance(content, dict):
         raise ValueError(
@@ -118,9 +130,24 @@ def _shard_files(folder: Path, index: Path) -> List[Path]:
             )
         f = folder / name
         if not f.is_file():
-            raise _not_found(f"shard named by {index.name} is missing", f)
+            raise MissingShardError(errno.ENOENT, f"load_safetensors: shard named by {index.name} (weight_map) "
+                                    "is missing", str(f))
         files.append(f)
     return files
+
+
+def _check_index(fn: str, folder: Path, entries: List[safetensors_file.TensorEntry]) -> None:
+    """``ValueError`` naming the index, the tensor and the shard when the index places a
+    tensor in a shard that does not hold it."""
+    index = folder / "model.safetensors.index.json"
+    if (folder / "model.safetensors").is_file() or not index.is_file():
+        return
+    weight_map = _read_json(index, "the shard index").get("weight_map", {})
+    held = {(e.path.name, e.name) for e in entries}
+    for name, shard in weight_map.items():
+        if (shard, name) not in held:
+            raise ValueError(f"{fn}: {str(index)!r} places tensor {name!r} in {shard!r} (weight_map), "
+                             "but that shard does not hold it")
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,7 +196,9 @@ def _checkpoint_files(p: Path) -> Tuple[List[Path], Optional[Path]]:
     return files, (config_file if config_file.is_file() else None)
 
 
-def _read_headers(fn: str, files: List[Path]) -> Tuple[List[safetensors_file.TensorEntry], Dict[str, str]]:
+def _read_headers(fn: str, files: List[Path], folder: Optional[Path]) -> Tuple[List[safetensors_file.TensorEntry], Dict[str, str]]:
+    """Every file's header; ``folder``: the checkpoint's folder (its shard index is
+    checked against the headers), None for a single file."""
     entries: List[safetensors_file.TensorEntry] = []
     metadata: Dict[str, str] = {}
     for f in files:
@@ -181,6 +210,8 @@ def _read_headers(fn: str, files: List[Path]) -> Tuple[List[safetensors_file.Ten
             raise _unreadable(f, e) from None
         entries += found
         metadata.update(meta)
+    if folder is not None:
+        _check_index(fn, folder, entries)
     return entries, metadata
 
 
@@ -245,7 +276,8 @@ def load_safetensors(
     and the first such index, unless ``allow_nonfinite`` (found in the same pass that reads
     the tensor: a sum per tensor, no copy).
 
-    Raises ``FileNotFoundError`` (with the path) if nothing is there or a shard is missing,
+    Raises ``FileNotFoundError`` (with the path) if nothing is there or a shard is missing (a
+    missing shard is also a ``ValueError``: ``MissingShardError``),
     ``ValueError`` (naming the file) for a pickle checkpoint (with how to convert it), a file
     that cannot be read or is not valid safetensors, a ``config.json`` or
     ``model.safetensors.index.json`` that is not valid JSON of the expected form, an index that
@@ -258,13 +290,15 @@ def load_safetensors(
     _check_n_heads(fn, n_heads)
     _check_flag(fn, "allow_nonfinite", allow_nonfinite)
     files, config_file = _checkpoint_files(p)
-    entries, metadata = _read_headers(fn, files)
+    entries, metadata = _read_headers(fn, files, p if p.is_dir() else None)
+    # Read the configuration first: a model_type or setting gptcore cannot compute is reported
+    # before any tensor is read.
+    config, source = _stored_config(fn, p, config_file, metadata, n_heads)
     raw: Weights = {}
     for e in entries:
         a = _read(fn, e, check_finite=not allow_nonfinite)
         raw[e.name] = widen(a, "BF16") if e.dtype == "BF16" else a  # numpy has no bfloat16
 
-    config, source = _stored_config(fn, p, config_file, metadata, n_heads)
     if config is not None:
         try:
             weights = validate(raw, config)
@@ -278,36 +312,20 @@ def load_safetensors(
     return weights, config
 
 
-def open_lazy(
-    path: Any, weight_dtype: str, n_heads: Optional[int] = None, allow_nonfinite: bool = False
-) -> Tuple[Dict[str, np.ndarray], GPTConfig, Callable[[str], Any]]:
-    """Open a checkpoint for a model whose weights are stored in ``weight_dtype`` (a 16-bit or
-    block format) without reading its large tensors.
-
-    Returns ``(small, config, fetch)``: the float32 tensors of the kinds that stay float32
-    (biases, LayerNorm parameters; for a block format also the tensors it keeps in float32, see
-    ``gptcore.gguf.policy``), the configuration (from ``config.json``, the file's metadata, or
-    inferred from the shapes), and ``fetch(name)``, which reads one large tensor and returns
-    its uint16 patterns in a 16-bit ``weight_dtype``, its float32 values for a block format to
-    quantize, ``("float32", None)`` for a tensor of ``small`` kept as it is, or None for a name
-    it does not hold.
-    Names, shapes, dtypes and byte counts are all checked first, as ``load_safetensors``
-    checks them; the values as each tensor is read (a NaN or an infinity is a ``ValueError``
-    naming the tensor, unless ``allow_nonfinite``).
-    """
-    fn = "load"
-    p = _path(fn, path)
+def _checked_entries(fn: str, p: Path, n_heads: Optional[int]):
+    """The configuration (stored or inferred), where it came from, and every tensor the
+    configuration asks for as its file entry, checked by ``validate`` on shape-only
+    stand-ins: names, shapes, dtypes and byte counts, and no tensor read."""
     _check_n_heads(fn, n_heads)
-    _check_flag(fn, "allow_nonfinite", allow_nonfinite)
-    check = not allow_nonfinite
     files, config_file = _checkpoint_files(p)
-    entries, metadata = _read_headers(fn, files)
+    entries, metadata = _read_headers(fn, files, p if p.is_dir() else None)
+    config, source = _stored_config(fn, p, config_file, metadata, n_heads)
     # Shape-only stand-ins (no memory) let the usual checks run on names, shapes and dtypes:
     # float32 for a float tensor, numpy's type otherwise (validate refuses it by that name).
     # Each holds its own value, so that a stored lm_head counts as tied only when its bytes
-    # equal wte's.
+    # equal the token embedding's.
     by_name = {e.name: e for e in entries}
-    wte = next((by_name[k] for k in ("transformer.wte.weight", "wte.weight") if k in by_name), None)
+    wte = next((by_name[k] for k in ("transformer.wte.weight",) + TOKEN_EMBEDDINGS if k in by_name), None)
     stand_ins: Dict[str, np.ndarray] = {}
     origin: Dict[int, safetensors_file.TensorEntry] = {}
     for i, e in enumerate(entries):
@@ -322,7 +340,6 @@ def open_lazy(
                                             writeable=False)
         stand_ins[e.name] = a
         origin[id(a)] = e
-    config, source = _stored_config(fn, p, config_file, metadata, n_heads)
     if config is None:
         config = infer_config(_check_dtypes(fn, normalize_names(stand_ins)), n_heads=n_heads)
         source = "the configuration inferred from the shapes"
@@ -330,13 +347,64 @@ def open_lazy(
         checked = validate(stand_ins, config)
     except ValueError as e:
         raise ValueError(f"{fn}: {source} disagrees with the tensors in {str(p)!r}: {e}") from None
+    return config, source, {name: origin[id(a)] for name, a in checked.items()}
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint's ``config.json`` and headers say: its configuration, where that
+    came from, the safetensors dtype of each tensor (by schema name), and ``stored_format``:
+    ``"bfloat16"`` or ``"float16"`` when every weight matrix and embedding table is stored in
+    that 16-bit format, else None."""
+
+    config: GPTConfig
+    source: str
+    dtypes: Dict[str, str]
+    stored_format: Optional[str]
+
+
+def inspect_checkpoint(path: Any, n_heads: Optional[int] = None, fn: str = "load") -> CheckpointInfo:
+    """The configuration and storage of the checkpoint at ``path``, read from
+    ``config.json`` (or the file's metadata, or inferred from the shapes) and the safetensors
+    headers only; every tensor's name, shape and dtype checked as ``load_safetensors``
+    checks them."""
+    p = _path(fn, path)
+    config, source, entries = _checked_entries(fn, p, n_heads)
+    kinds = {name: kind for name, _, kind in _tensor_kinds(config)}
+    large = {entries[n].dtype for n in entries if not keeps_float32(kinds[n])}
+    stored = {"BF16": "bfloat16", "F16": "float16"}.get(large.pop()) if len(large) == 1 else None
+    return CheckpointInfo(config, source, {n: e.dtype for n, e in entries.items()}, stored)
+
+
+def open_lazy(
+    path: Any, weight_dtype: str, n_heads: Optional[int] = None, allow_nonfinite: bool = False
+) -> Tuple[Dict[str, np.ndarray], GPTConfig, Callable[[str], Any]]:
+    """Open a checkpoint for a model whose weights are stored in ``weight_dtype`` (a 16-bit or
+    block format) without reading its large tensors.
+
+    Returns ``(small, config, fetch)``: the float32 tensors of the kinds that stay float32
+    (biases, norm parameters; for a block format also the tensors it keeps in float32, see
+    ``gptcore.gguf.policy``), the configuration (from ``config.json``, the file's metadata, or
+    inferred from the shapes), and ``fetch(name)``, which reads one large tensor and returns
+    its uint16 patterns in a 16-bit ``weight_dtype``, its float32 values for a block format to
+    quantize, ``("float32", None)`` for a tensor of ``small`` kept as it is, or None for a name
+    it does not hold. Names, shapes, dtypes and byte counts are all checked first, as
+    ``load_safetensors`` checks them; the values as each tensor is read (a NaN or an infinity
+    is a ``ValueError`` naming the tensor, unless ``allow_nonfinite``). Each tensor is read
+    once.
+    """
+    fn = "load"
+    p = _path(fn, path)
+    _check_flag(fn, "allow_nonfinite", allow_nonfinite)
+    check = not allow_nonfinite
+    config, _, entries = _checked_entries(fn, p, n_heads)
     kinds = {name: kind for name, _, kind in _tensor_kinds(config)}
     blocks = weight_dtype in BLOCK_DTYPES
     small: Dict[str, np.ndarray] = {}
     large: Dict[str, safetensors_file.TensorEntry] = {}
-    for name, a in checked.items():
-        e = origin[id(a)]
-        kept = blocks and model_storage_type(name, a.shape, weight_dtype) != weight_dtype.upper()
+    for name, e in entries.items():
+        kept = blocks and model_storage_type(name, tuple(e.shape), weight_dtype,
+                                             config.family) != weight_dtype.upper()
         if keeps_float32(kinds[name]) or kept:
             small[name] = np.ascontiguousarray(widen(_read(fn, e, check), e.dtype))
         else:
@@ -372,7 +440,9 @@ def save_safetensors(
     Any other path becomes a folder (created if needed) in Hugging Face's layout:
     ``config.json`` with GPT-2's keys (plus a ``"gptcore"`` entry for what GPT-2's format
     cannot say: sinusoidal positions, missing biases or LayerNorm affines) and
-    ``model.safetensors`` with the ``"transformer."`` prefix and, when tied, no ``lm_head``.
+    ``model.safetensors`` with the ``"transformer."`` prefix and, when tied, no ``lm_head``;
+    for the Llama family, ``LlamaForCausalLM``'s (or ``Qwen2ForCausalLM``'s) ``config.json``
+    and the schema's names as they are.
     ``dtype`` (``None``: each tensor's own, float32 or float64) converts every tensor.
     Existing files of those names are replaced. ``weight_dtype`` (``"bfloat16"`` or
     ``"float16"``) stores the weight matrices and embedding tables as BF16/F16 (rounded to
@@ -403,7 +473,8 @@ def save_safetensors(
         dtypes = sorted({v.dtype.name for v in w.values()})
         torch_dtype = dtypes[0] if len(dtypes) == 1 else "float32"
     p = _path(fn, path)
-    tensors = {(k if k == "lm_head.weight" else _PREFIX + k): v for k, v in stored.items()}
+    prefix = _PREFIX if config.family == "gpt2" else ""  # Llama's schema names are the files' names
+    tensors = {(k if k == "lm_head.weight" else prefix + k): v for k, v in stored.items()}
     metadata = {"format": "pt", _CONFIG_METADATA_KEY: json.dumps(config.to_dict())}
     if p.suffix == ".safetensors":
         if p.is_dir():

@@ -90,8 +90,10 @@ WEIGHT_DTYPES = HALF_DTYPES + BLOCK_DTYPES
 #: small share of the bytes and go into sums, not matrix products.
 FLOAT32_KINDS = frozenset({"bias", "ln_weight", "ln_bias"})
 
-# The schema names of the FLOAT32_KINDS, for a mapping of weights without its configuration.
-_FLOAT32_NAME_ENDINGS = (".bias", "ln_1.weight", "ln_2.weight", "ln_f.weight")
+# The schema names of the FLOAT32_KINDS, for a mapping of weights without its configuration:
+# GPT-2's LayerNorms and the Llama family's RMSNorms.
+_FLOAT32_NAME_ENDINGS = (".bias", "ln_1.weight", "ln_2.weight", "ln_f.weight", "input_layernorm.weight",
+                         "post_attention_layernorm.weight", "model.norm.weight")
 
 
 def keeps_float32(kind: str) -> bool:

@@ -23,7 +23,12 @@ Weights = Dict[str, np.ndarray]
 _PREFIX = "transformer."
 _MASK_BUFFER = re.compile(r"^h\.([0-9]+)\.attn\.bias$")
 _MASKED_BIAS = re.compile(r"^h\.([0-9]+)\.attn\.masked_bias$")
-_BLOCK_NAME = re.compile(r"^h\.([0-9]+)\.(.+)$")
+# Llama checkpoints written by older transformers keep the rotary frequencies as a buffer;
+# gptcore computes them from the configuration.
+_INV_FREQ = re.compile(r"^model\.layers\.([0-9]+)\.self_attn\.rotary_emb\.inv_freq$")
+_BLOCK_NAME = re.compile(r"^(?:h|model\.layers)\.([0-9]+)\.(.+)$")
+#: The token embedding's name in each family (a tied head equal to it is dropped).
+TOKEN_EMBEDDINGS = ("wte.weight", "model.embed_tokens.weight")
 # Longer block numbers are not converted (Python refuses int() of over 4300 digits); such a
 # name is far beyond any model and is reported as unexpected.
 _MAX_INDEX_DIGITS = 1000
@@ -81,7 +86,7 @@ def _normalize(weights: Any, fn: str, drop_tied_head: bool) -> Weights:
                 "(convert it with numpy.asarray)"
             )
         name = key[len(_PREFIX):] if key.startswith(_PREFIX) else key
-        if _MASKED_BIAS.match(name):
+        if _MASKED_BIAS.match(name) or _INV_FREQ.match(name):
             continue
         if _MASK_BUFFER.match(name) and value.ndim == 4 and value.shape[:2] == (1, 1) \
                 and value.shape[2] == value.shape[3]:
@@ -90,17 +95,19 @@ def _normalize(weights: Any, fn: str, drop_tied_head: bool) -> Weights:
             raise ValueError(f"{fn}: weights {origin[name]!r} and {key!r} both name the tensor {name!r}")
         out[name] = value
         origin[name] = key
-    if drop_tied_head and "lm_head.weight" in out and "wte.weight" in out \
-            and _same_array(out["lm_head.weight"], out["wte.weight"]):
+    if drop_tied_head and "lm_head.weight" in out and any(
+            e in out and _same_array(out["lm_head.weight"], out[e]) for e in TOKEN_EMBEDDINGS):
         del out["lm_head.weight"]
     return out
 
 
 def normalize_names(weights: Mapping[str, np.ndarray]) -> Weights:
     """A new dict with the schema's names: the ``"transformer."`` prefix stripped, the causal-mask
-    buffers (``h.{i}.attn.bias`` of shape ``(1, 1, n, n)``, ``h.{i}.attn.masked_bias``)
-    dropped, and ``lm_head.weight`` dropped when it equals ``wte.weight``. The arrays are not
-    copied; the input is not modified.
+    buffers (``h.{i}.attn.bias`` of shape ``(1, 1, n, n)``, ``h.{i}.attn.masked_bias``) and
+    Llama's rotary frequency buffers (``model.layers.{i}.self_attn.rotary_emb.inv_freq``)
+    dropped, and ``lm_head.weight`` dropped when it equals the token embedding
+    (``wte.weight``, ``model.embed_tokens.weight``). The arrays are not copied; the input is
+    not modified.
 
     Raises ``TypeError`` if ``weights`` is not a mapping or a value is not a numpy array
     (the message names the key), ``ValueError`` if two keys name the same tensor.
@@ -109,7 +116,8 @@ def normalize_names(weights: Mapping[str, np.ndarray]) -> Weights:
 
 
 def _block_index(name: str) -> Optional[int]:
-    """The block number of ``h.{i}.…`` (``-1`` for a number too long to convert), else None."""
+    """The block number of ``h.{i}.…`` or ``model.layers.{i}.…`` (``-1`` for a number too
+    long to convert), else None."""
     m = _BLOCK_NAME.match(name)
     if not m:
         return None

@@ -36,10 +36,20 @@ def _hint(name: str, config: GPTConfig) -> str:
     i = _block_index(name)
     if i is not None and (i < 0 or i >= config.n_layers):
         return f" (config.n_layers={config.n_layers})"
+    if name.startswith("model.") and config.family != "llama":
+        return f" (a Llama-family name; config.family={config.family!r})"
+    if name.startswith(("h.", "wte.", "wpe.", "ln_f.")) and config.family != "gpt2":
+        return f" (a GPT-2 name; config.family={config.family!r})"
+    if name.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")):
+        return " (config.attn_bias=False)"
+    if name.endswith("o_proj.bias"):
+        return " (config.attn_out_bias=False)"
+    if name.endswith(("gate_proj.bias", "up_proj.bias", "down_proj.bias")):
+        return " (config.bias=False)"
     if name == "wpe.weight":
         return f" (config.pos={config.pos!r})"
     if name == "lm_head.weight":
-        return " (config.tied=True, but lm_head.weight is not equal to wte.weight)"
+        return " (config.tied=True, but lm_head.weight is not equal to the token embedding)"
     if name.endswith(("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "ln_f.weight", "ln_f.bias")):
         return " (config.ln_affine=False)"
     if name.endswith(("attn.c_attn.bias", "attn.c_proj.bias")):
@@ -119,14 +129,20 @@ def infer_config(
 ) -> GPTConfig:
     """The ``GPTConfig`` that the tensor shapes imply.
 
-    Shapes give the vocabulary, widths, depth, the MLP width, whether positions are learned
-    (``wpe.weight`` present; otherwise sinusoidal with context ``n_ctx``), whether the head is
-    tied (no ``lm_head.weight``, or one equal to ``wte.weight``) and which biases and LayerNorm
+    Shapes give the family (GPT-2's names or Llama's ``model.*`` names), the vocabulary,
+    widths, depth, the MLP width, whether positions are learned (GPT-2: ``wpe.weight``
+    present; otherwise sinusoidal with context ``n_ctx``), whether the head is tied (no
+    ``lm_head.weight``, or one equal to the token embedding) and which biases and LayerNorm
     affines exist. They cannot give the number of heads: pass ``n_heads``; the default is
-    ``d_model // 64`` (GPT-2's head width) when 64 divides ``d_model``. The result is checked
-    with ``validate``.
+    ``d_model // 64`` (GPT-2's head width) when 64 divides ``d_model``. For a Llama-family
+    model the head width is then the query projection's width over ``n_heads`` and the
+    key/value heads follow from the key projection's width; the rotary settings (not in the
+    tensors) are the defaults (``rope_theta`` 10000, no scaling), and ``ln_eps`` is the
+    given one. The result is checked with ``validate``.
     """
     w = _normalize(weights, "infer_config", drop_tied_head=True)
+    if "model.embed_tokens.weight" in w:
+        return _infer_llama(w, n_heads, n_ctx, ln_eps)
     if "wte.weight" not in w:
         raise ValueError("infer_config: the weights have no 'wte.weight' (token embedding), so the sizes are unknown")
     wte = w["wte.weight"]
@@ -169,6 +185,53 @@ def infer_config(
         vocab_size=vocab_size, n_ctx=n_ctx, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
         d_ff=d_ff, pos=pos, tied="lm_head.weight" not in w, bias=bias, attn_bias=attn_bias,
         ln_affine=ln_affine, ln_eps=ln_eps,
+    )
+    validate(w, config)
+    return config
+
+
+def _infer_llama(w, n_heads: Optional[int], n_ctx: int, ln_eps: float) -> GPTConfig:
+    def matrix(name: str, what: str) -> np.ndarray:
+        a = w.get(name)
+        if a is None:
+            raise ValueError(f"infer_config: missing tensor {name!r} (needed for {what})")
+        if a.ndim != 2:
+            raise ValueError(f"infer_config: {name!r} must be 2-D, got shape {a.shape}")
+        return a
+
+    vocab_size, d_model = (int(s) for s in matrix("model.embed_tokens.weight", "the sizes").shape)
+    layers = _layer_indices(w)
+    if layers and layers[-1] != len(layers) - 1:
+        missing, count = _missing_indices(layers)
+        more = f" and {count - len(missing)} more (the highest block is {layers[-1]})" if count > len(missing) else ""
+        raise ValueError(f"infer_config: blocks must be numbered 0..N-1; no tensors for block(s) {missing}{more}")
+    n_layers = len(layers)
+    if n_heads is None:
+        if d_model % 64 != 0:
+            raise ValueError(
+                f"infer_config: cannot infer the number of heads for d_model={d_model} (not a multiple "
+                "of 64); pass n_heads=..., or give a GPTConfig"
+            )
+        n_heads = d_model // 64
+    kw = {}
+    if n_layers:
+        a = "model.layers.0.self_attn."
+        q = int(matrix(a + "q_proj.weight", "the head width").shape[0])
+        kv = int(matrix(a + "k_proj.weight", "the key/value heads").shape[0])
+        if q % n_heads:
+            raise ValueError(f"infer_config: the query projection's {q} rows do not split into n_heads={n_heads} heads")
+        head_dim = q // n_heads
+        if kv % head_dim:
+            raise ValueError(f"infer_config: the key projection's {kv} rows are not whole heads of width {head_dim}")
+        kw = dict(
+            head_dim=head_dim, n_kv_heads=kv // head_dim,
+            d_ff=int(matrix("model.layers.0.mlp.gate_proj.weight", "d_ff").shape[0]),
+            attn_bias=a + "q_proj.bias" in w, attn_out_bias=a + "o_proj.bias" in w,
+            bias="model.layers.0.mlp.gate_proj.bias" in w,
+        )
+    config = GPTConfig(
+        family="llama", vocab_size=vocab_size, n_ctx=n_ctx, d_model=d_model, n_heads=n_heads,
+        n_layers=n_layers, tied="lm_head.weight" not in w, ln_eps=ln_eps, **kw,
     )
     validate(w, config)
     return config

@@ -1,5 +1,5 @@
-//! Row-wise operations of the decoder: LayerNorm, GELU (tanh form), exp, bias and residual
-//! adds, softmax, and the sinusoidal position encoding.
+//! Row-wise operations of the decoder: LayerNorm, RMSNorm, GELU (tanh form), SiLU, exp, bias
+//! and residual adds, softmax, and the sinusoidal position encoding.
 //!
 //! Every operation works on one row at a time with a fixed order of operations, so a row's
 //! result never depends on the other rows, on the thread count or on the CPU's vector width.
@@ -43,6 +43,24 @@ pub trait Transcendental: Element {
     /// Sum and sum of squared deviations for LayerNorm: `(sum x, sum (x - mean)^2)` where
     /// mean = first / n (the order of each sum is fixed by the type's implementation).
     fn moments(x: &[Self]) -> (Self, Self);
+    /// Sum of squares for RMSNorm, `sum x^2`, in the order of [`Transcendental::moments`]'
+    /// second sum.
+    fn sum_squares(x: &[Self]) -> Self;
+    /// `x[i] = silu(g[i]) * x[i]` with `silu(v) = v / (1 + exp(-v))` (SwiGLU: the gate's
+    /// SiLU times the up projection), on `rows` rows of `cols` values, `x`'s rows `ldx`
+    /// apart and `g`'s `ldg` apart.
+    ///
+    /// # Safety
+    /// Every `x + r * ldx + j` and `g + r * ldg + j` (r < rows, j < cols) is valid, `x` for
+    /// writes too.
+    unsafe fn silu_mul_rows(
+        x: *mut Self,
+        ldx: usize,
+        g: *const Self,
+        ldg: usize,
+        rows: usize,
+        cols: usize,
+    );
 }
 
 impl Transcendental for f64 {
@@ -82,6 +100,29 @@ impl Transcendental for f64 {
             sq += d * d;
         }
         (sum, sq)
+    }
+    fn sum_squares(x: &[f64]) -> f64 {
+        let mut sq = 0.0;
+        for &v in x {
+            sq += v * v;
+        }
+        sq
+    }
+    unsafe fn silu_mul_rows(
+        x: *mut f64,
+        ldx: usize,
+        g: *const f64,
+        ldg: usize,
+        rows: usize,
+        cols: usize,
+    ) {
+        for r in 0..rows {
+            let xs = std::slice::from_raw_parts_mut(x.add(r * ldx), cols);
+            let gs = std::slice::from_raw_parts(g.add(r * ldg), cols);
+            for (a, &v) in xs.iter_mut().zip(gs) {
+                *a *= v / (1.0 + (-v).exp());
+            }
+        }
     }
     fn exp_inplace(x: &mut [f64]) {
         for v in x {
@@ -147,6 +188,35 @@ pub fn tanh_f32(y: f32) -> f32 {
 pub fn gelu_f32(t: f32) -> f32 {
     const C: f32 = 0.797_884_6; // sqrt(2/pi)
     0.5 * t * (1.0 + tanh_f32(C * (t + 0.044715 * t * (t * t))))
+}
+
+/// SiLU for f32: `t / (1 + exp(-t))`.
+#[inline(always)]
+pub fn silu_f32(t: f32) -> f32 {
+    t / (1.0 + exp_f32(-t))
+}
+
+#[inline(always)]
+fn silu_mul_rows_generic(
+    x: *mut f32,
+    ldx: usize,
+    g: *const f32,
+    ldg: usize,
+    rows: usize,
+    cols: usize,
+) {
+    for r in 0..rows {
+        // SAFETY: guaranteed by the caller of `Transcendental::silu_mul_rows`.
+        let (xs, gs) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(x.add(r * ldx), cols),
+                std::slice::from_raw_parts(g.add(r * ldg), cols),
+            )
+        };
+        for (a, &v) in xs.iter_mut().zip(gs) {
+            *a *= silu_f32(v);
+        }
+    }
 }
 
 #[inline(always)]
@@ -263,6 +333,21 @@ fn moments_generic(x: &[f32]) -> (f32, f32) {
     (sum, lane_total(acc))
 }
 
+#[inline(always)]
+fn sum_squares_generic(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] += c[l] * c[l];
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        acc[l] += v * v;
+    }
+    lane_total(acc)
+}
+
 /// Runs `f` compiled for the active kernel family's vector instructions (the operations and
 /// their order are the same in every family, no fused operations are introduced: so are the
 /// bits).
@@ -289,6 +374,25 @@ impl Transcendental for f32 {
         vectorized(
             #[inline(always)]
             || moments_generic(x),
+        )
+    }
+    fn sum_squares(x: &[f32]) -> f32 {
+        vectorized(
+            #[inline(always)]
+            || sum_squares_generic(x),
+        )
+    }
+    unsafe fn silu_mul_rows(
+        x: *mut f32,
+        ldx: usize,
+        g: *const f32,
+        ldg: usize,
+        rows: usize,
+        cols: usize,
+    ) {
+        vectorized(
+            #[inline(always)]
+            || silu_mul_rows_generic(x, ldx, g, ldg, rows, cols),
         )
     }
     fn exp_inplace(x: &mut [f32]) {
@@ -349,6 +453,27 @@ pub fn layernorm_row<T: Transcendental>(
                 for (o, &v) in out.iter_mut().zip(x) {
                     *o = (v - mean) / den;
                 }
+            }
+        },
+    )
+}
+
+/// RMSNorm of one row: `ms = sum(x^2) / n` (a plain left-to-right sum in float64, 16-lane
+/// sums in float32), `x / sqrt(ms + eps) * w`.
+pub fn rmsnorm_row<T: Transcendental>(x: &[T], out: &mut [T], w: &[T], eps: T) {
+    // (The element loop below stops at the shortest slice: every one must hold the row.)
+    assert!(
+        out.len() >= x.len() && w.len() >= x.len(),
+        "rmsnorm_row: output or weight shorter than the row"
+    );
+    let n = T::from_f64(x.len() as f64);
+    let ms = T::sum_squares(x) / n;
+    let den = (ms + eps).sqrt();
+    vectorized(
+        #[inline(always)]
+        || {
+            for ((o, &v), &wi) in out.iter_mut().zip(x).zip(w) {
+                *o = v / den * wi;
             }
         },
     )
@@ -485,6 +610,59 @@ mod tests {
         for i in 0..4 {
             assert!((out[i] - (x[i] - mean) / (var + 1e-5f64).sqrt()).abs() < 1e-15);
         }
+    }
+
+    #[test]
+    fn rmsnorm_matches_definition() {
+        let x: Vec<f64> = (0..37).map(|i| (i as f64 * 0.71).sin() * 3.0).collect();
+        let w: Vec<f64> = (0..37).map(|i| 0.5 + i as f64 / 37.0).collect();
+        let mut out = vec![0.0; 37];
+        rmsnorm_row(&x, &mut out, &w, 1e-6);
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / 37.0;
+        for i in 0..37 {
+            assert!((out[i] - x[i] / (ms + 1e-6f64).sqrt() * w[i]).abs() < 1e-14);
+        }
+        // float32: its 16-lane sums stay within rounding of the float64 result.
+        let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let w32: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+        let mut o32 = vec![0.0f32; 37];
+        rmsnorm_row(&x32, &mut o32, &w32, 1e-6);
+        for i in 0..37 {
+            assert!(
+                (o32[i] as f64 - out[i]).abs() < 2e-6 * (1.0 + out[i].abs()),
+                "{i}"
+            );
+        }
+    }
+
+    #[test]
+    fn silu_times_up_matches_definition() {
+        let g: Vec<f32> = (0..203).map(|i| (i as f32 - 100.0) * 0.11).collect();
+        let u: Vec<f32> = (0..203).map(|i| (i as f32 * 0.3).cos()).collect();
+        let mut a = u.clone();
+        // SAFETY: one row of 203 values in each.
+        unsafe { f32::silu_mul_rows(a.as_mut_ptr(), 203, g.as_ptr(), 203, 1, 203) };
+        let g64: Vec<f64> = g.iter().map(|&v| v as f64).collect();
+        let mut b: Vec<f64> = u.iter().map(|&v| v as f64).collect();
+        // SAFETY: as above.
+        unsafe { f64::silu_mul_rows(b.as_mut_ptr(), 203, g64.as_ptr(), 203, 1, 203) };
+        for i in 0..203 {
+            assert_eq!(
+                a[i].to_bits(),
+                (silu_f32(g[i]) * u[i]).to_bits(),
+                "vectorised {i}"
+            );
+            let t = g[i] as f64;
+            let want = t / (1.0 + (-t).exp()) * u[i] as f64;
+            assert_eq!(b[i], want);
+            assert!(
+                (a[i] as f64 - want).abs() <= 3e-7 * (1.0 + want.abs()),
+                "{i}"
+            );
+        }
+        assert!(silu_f32(-200.0) <= 0.0 && silu_f32(-200.0) > -1e-35);
+        assert_eq!(silu_f32(200.0), 200.0);
+        assert!(silu_f32(f32::NAN).is_nan());
     }
 
     #[test]

@@ -7,7 +7,10 @@
 
 use crate::convert::{detach, to_py_err};
 use crate::pooled::{into_array, Poolable};
-use gptcore_core::decoder::{Config, Fetched, Float, Logits, Model, Request, Tensor, TensorSpec};
+use gptcore_core::decoder::{
+    Config, Family, Fetched, Float, Logits, Model, Positions, Request, Rope, RopeScaling, Tensor,
+    TensorSpec,
+};
 use gptcore_core::formats::WeightFormat;
 use gptcore_core::kv_cache::KvCache;
 use gptcore_core::Error;
@@ -93,22 +96,84 @@ impl NativeCache {
     }
 }
 
+/// `c.name`, or `default` when `c` has no such attribute or it is None.
+fn attr_or<'py, T: for<'a> FromPyObject<'a, 'py>>(
+    c: &Bound<'py, PyAny>,
+    name: &str,
+    default: T,
+) -> PyResult<T> {
+    match c.getattr(name) {
+        Ok(v) if !v.is_none() => Ok(v.extract().map_err(Into::into)?),
+        _ => Ok(default),
+    }
+}
+
+/// The rotary settings of a `GPTConfig`: `rope_theta` and `rope_scaling` (None, or an object
+/// with `rope_type` and the type's parameters).
+fn rope_from_py(c: &Bound<'_, PyAny>) -> PyResult<Rope> {
+    let theta: f64 = c.getattr("rope_theta")?.extract()?;
+    let s = c.getattr("rope_scaling")?;
+    let scaling = if s.is_none() {
+        RopeScaling::Default
+    } else {
+        let kind: String = s.getattr("rope_type")?.extract()?;
+        let f = |name: &str| -> PyResult<f64> { s.getattr(name)?.extract() };
+        match kind.as_str() {
+            "default" => RopeScaling::Default,
+            "linear" => RopeScaling::Linear {
+                factor: f("factor")?,
+            },
+            "llama3" => RopeScaling::Llama3 {
+                factor: f("factor")?,
+                low_freq_factor: f("low_freq_factor")?,
+                high_freq_factor: f("high_freq_factor")?,
+                original_max_position_embeddings: f("original_max_position_embeddings")?,
+            },
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "config: rope type {other:?} is not supported (known: {})",
+                    RopeScaling::TYPES.join(", ")
+                )))
+            }
+        }
+    };
+    Ok(Rope { theta, scaling })
+}
+
 /// The core's [`Config`] read from a `gptcore.GPTConfig` (one object crosses the boundary).
-/// Python's `bias` switches the MLP biases (`attn_bias` the attention ones, already resolved
-/// by `GPTConfig`), and `pos` is "learned" or "sinusoidal".
+/// Python's `bias` switches the MLP biases (`attn_bias` the q/k/v ones and `attn_out_bias`
+/// the output projection's, already resolved by `GPTConfig`), and `pos` is "learned",
+/// "sinusoidal" or "rotary".
 fn config_from_py(c: &Bound<'_, PyAny>) -> PyResult<Config> {
     let pos: String = c.getattr("pos")?.extract()?;
+    let family: String = attr_or(c, "family", "gpt2".to_string())?;
+    let n_heads: usize = c.getattr("n_heads")?.extract()?;
+    let attn_bias: bool = c.getattr("attn_bias")?.extract()?;
+    let positions = match pos.as_str() {
+        "learned" => Positions::Learned,
+        "sinusoidal" => Positions::Sinusoidal,
+        "rotary" => Positions::Rotary(rope_from_py(c)?),
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "config: pos must be 'learned', 'sinusoidal' or 'rotary', got {pos:?}"
+            )))
+        }
+    };
     Ok(Config {
+        family: Family::parse(&family).map_err(to_py_err)?,
         vocab_size: c.getattr("vocab_size")?.extract()?,
         n_ctx: c.getattr("n_ctx")?.extract()?,
         d_model: c.getattr("d_model")?.extract()?,
-        n_heads: c.getattr("n_heads")?.extract()?,
+        n_heads,
+        n_kv_heads: attr_or(c, "n_kv_heads", n_heads)?,
+        d_head: c.getattr("d_head")?.extract()?,
         n_layers: c.getattr("n_layers")?.extract()?,
         d_ff: c.getattr("d_ff")?.extract()?,
-        sinusoidal: pos == "sinusoidal",
+        positions,
         tied: c.getattr("tied")?.extract()?,
         ln_eps: c.getattr("ln_eps")?.extract()?,
-        attn_bias: c.getattr("attn_bias")?.extract()?,
+        attn_bias,
+        attn_out_bias: attr_or(c, "attn_out_bias", attn_bias)?,
         mlp_bias: c.getattr("bias")?.extract()?,
         ln_affine: c.getattr("ln_affine")?.extract()?,
     })
@@ -120,6 +185,7 @@ pub fn tensor_schema(
     config: &Bound<'_, PyAny>,
 ) -> PyResult<Vec<(String, Vec<usize>, &'static str)>> {
     let cfg = config_from_py(config)?;
+    gptcore_core::decoder::validate(&cfg).map_err(to_py_err)?;
     Ok(gptcore_core::decoder::schema(&cfg)
         .into_iter()
         .map(|t| (t.name, t.shape, t.kind))

@@ -1,7 +1,8 @@
-//! One transformer block, pre-LN: `x += attn(LN1(x)); x += mlp(LN2(x))`.
+//! One transformer block, pre-norm: `x += attn(norm1(x)); x += mlp(norm2(x))`.
 
 use super::mlp::Mlp;
 use super::norm::Norm;
+use super::rotary::RotaryTable;
 use super::schema::{BlockSpec, Exported, Source};
 use super::self_attention::{AttentionBuffers, SelfAttention};
 use super::workspace::Workspace;
@@ -11,48 +12,60 @@ use crate::profile::Phases;
 use crate::Result;
 
 pub struct Block<T: Float> {
-    pub ln1: Norm<T>,
+    pub norm1: Norm<T>,
     pub attn: SelfAttention<T>,
-    pub ln2: Norm<T>,
+    pub norm2: Norm<T>,
     pub mlp: Mlp<T>,
 }
 
 impl<T: Float> Block<T> {
-    pub fn load(spec: &BlockSpec, n_heads: usize, src: &Source<'_, '_, T>) -> Result<Self> {
+    pub fn load(spec: &BlockSpec, src: &Source<'_, '_, T>) -> Result<Self> {
         Ok(Block {
-            ln1: Norm::load(&spec.ln1, src)?,
-            attn: SelfAttention::load(spec, n_heads, src)?,
-            ln2: Norm::load(&spec.ln2, src)?,
-            mlp: Mlp::load(spec, src)?,
+            norm1: Norm::load(&spec.norm1, src)?,
+            attn: SelfAttention::load(&spec.attn, src)?,
+            norm2: Norm::load(&spec.norm2, src)?,
+            mlp: Mlp::load(&spec.mlp, src)?,
         })
     }
 
     pub fn export(&self, spec: &BlockSpec, out: &mut Exported<T>) {
-        self.ln1.export(&spec.ln1, out);
-        self.attn.export(spec, out);
-        self.ln2.export(&spec.ln2, out);
-        self.mlp.export(spec, out);
+        self.norm1.export(&spec.norm1, out);
+        self.attn.export(&spec.attn, out);
+        self.norm2.export(&spec.norm2, out);
+        self.mlp.export(&spec.mlp, out);
+    }
+
+    pub fn nbytes(&self) -> usize {
+        self.attn.nbytes() + self.mlp.nbytes()
     }
 
     /// The residual recipe on `x (B*T, d)`; the new positions' keys and values go to `heads`.
+    /// `rotary`: the cosines and sines of the pass's positions (rotary models only).
     pub fn forward(
         &self,
         x: &mut [T],
         heads: &mut [HeadKv<T>],
         pass: &Pass,
         ws: &mut Workspace<T>,
+        rotary: Option<&RotaryTable<T>>,
         ph: &mut Phases,
     ) {
         let (d, rows) = (pass.d, pass.rows());
         let Workspace {
-            h, qkv, att, y, u, ..
+            h,
+            qkv,
+            att,
+            y,
+            u,
+            g,
+            ..
         } = ws;
-        self.ln1.forward(x, h, d, pass.eps::<T>());
+        self.norm1.forward(x, h, d);
         let buf = AttentionBuffers { qkv, att, y };
-        self.attn.forward(h, x, heads, pass, buf);
+        self.attn.forward(h, x, heads, pass, buf, rotary);
         ph.mark("attention layer");
-        self.ln2.forward(x, h, d, pass.eps::<T>());
-        self.mlp.forward(h, x, rows, u, y);
+        self.norm2.forward(x, h, d);
+        self.mlp.forward(h, x, rows, u, g, y);
         ph.mark("mlp");
     }
 }

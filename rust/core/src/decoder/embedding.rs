@@ -1,18 +1,26 @@
-//! Token and position embedding: `x = wte[id] + pos(t)`, a learned table or the sinusoidal
-//! encoding.
+//! Token and position embedding: `x = wte[id] + pos(t)`, with a learned table, the sinusoidal
+//! encoding, or nothing (rotary positions enter inside attention).
 
 use super::norm::for_rows;
-use super::schema::{export, Exported, Layout, Source};
+use super::schema::{export, Exported, Layout, PositionSpec, Source};
 use super::storage::Table;
 use super::Float;
 use crate::ops;
 use crate::Result;
 
+/// What is added to a token's embedding at position `t`.
+pub enum Added<T> {
+    /// Row `t` of a table `(n_ctx, d)`, stored as `wte`.
+    Learned(Table<T>),
+    Sinusoidal,
+    /// Nothing.
+    None,
+}
+
 pub struct Embedding<T> {
     /// `(V, d)`, in the compute type or 16-bit (rows widened on lookup).
     pub wte: Table<T>,
-    /// `(n_ctx, d)`, stored as `wte`; None: sinusoidal.
-    pub wpe: Option<Table<T>>,
+    pub positions: Added<T>,
     pub d: usize,
 }
 
@@ -20,9 +28,10 @@ impl<T: Float> Embedding<T> {
     pub fn load(layout: &Layout, src: &Source<'_, '_, T>) -> Result<Self> {
         Ok(Embedding {
             wte: src.table(&layout.wte)?,
-            wpe: match &layout.wpe {
-                Some(s) => Some(src.table(s)?),
-                None => None,
+            positions: match &layout.positions {
+                PositionSpec::Learned(s) => Added::Learned(src.table(s)?),
+                PositionSpec::Sinusoidal => Added::Sinusoidal,
+                PositionSpec::Rotary(_) => Added::None,
             },
             d: layout.wte.shape[1],
         })
@@ -30,13 +39,18 @@ impl<T: Float> Embedding<T> {
 
     pub fn export(&self, layout: &Layout, out: &mut Exported<T>) {
         export(out, &layout.wte, self.wte.widened());
-        if let (Some(s), Some(w)) = (&layout.wpe, &self.wpe) {
+        if let (PositionSpec::Learned(s), Added::Learned(w)) = (&layout.positions, &self.positions)
+        {
             export(out, s, w.widened());
         }
     }
 
     pub fn nbytes(&self) -> usize {
-        self.wte.nbytes() + self.wpe.as_ref().map_or(0, |w| w.nbytes())
+        self.wte.nbytes()
+            + match &self.positions {
+                Added::Learned(w) => w.nbytes(),
+                _ => 0,
+            }
     }
 
     /// `x (B*T, d)`: row `b * t_new + t` is token `ids[b * t_new + t]` at position `p0 + t`.
@@ -48,19 +62,20 @@ impl<T: Float> Embedding<T> {
             let pos = p0 + r % t_new;
             let id = ids[r] as usize;
             let e = self.wte.row(id, d);
-            match &self.wpe {
-                Some(wpe) => {
+            match &self.positions {
+                Added::Learned(wpe) => {
                     let pe = wpe.row(pos, d);
                     for c in 0..d {
                         row[c] = e[c] + pe[c];
                     }
                 }
-                None => {
+                Added::Sinusoidal => {
                     ops::sinusoidal_row(pos, row);
                     for c in 0..d {
                         row[c] = e[c] + row[c];
                     }
                 }
+                Added::None => row.copy_from_slice(&e),
             }
         });
         Ok(x)

@@ -129,16 +129,24 @@ fn config(tied: bool, sinusoidal: bool) -> Config {
 
 fn sized(tied: bool, sinusoidal: bool, d_model: usize, d_ff: usize) -> Config {
     Config {
+        family: Family::Gpt2,
         vocab_size: 101,
         n_ctx: 96,
         d_model,
         n_heads: 4,
+        n_kv_heads: 4,
+        d_head: d_model / 4,
         n_layers: 2,
         d_ff,
-        sinusoidal,
+        positions: if sinusoidal {
+            Positions::Sinusoidal
+        } else {
+            Positions::Learned
+        },
         tied,
         ln_eps: 1e-5,
         attn_bias: true,
+        attn_out_bias: true,
         mlp_bias: true,
         ln_affine: true,
     }

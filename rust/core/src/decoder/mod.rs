@@ -1,11 +1,15 @@
-//! The GPT decoder: the model's layers, each in its own file, and the forward pass.
+//! The decoder: the shared layers, each in its own file, the model families built from them
+//! (`families/`, one folder each), and the forward pass.
 //!
 //! ```text
-//! x = wte[ids] + pos(t)                        (learned table or sinusoidal)  embedding.rs
-//! for each block:  x = x + Attn(LN1(x)) Wo + bo                               block.rs,
-//!                  x = x + GELU(LN2(x) Wfc + bfc) Wproj + bproj               self_attention.rs, mlp.rs
-//! logits = LN_f(x) Whead                       (Whead = wte^T when tied)
+//! x = wte[ids] (+ pos(t))          learned, sinusoidal or none (rotary)        embedding.rs
+//! for each block:  x = x + Attn(Norm1(x))     norm.rs, self_attention.rs, rotary.rs, block.rs
+//!                  x = x + MLP(Norm2(x))      mlp.rs (GELU or SwiGLU)
+//! logits = Norm_f(x) Whead                    (Whead = wte^T when tied)
 //! ```
+//!
+//! A family ([`Family`]) chooses the layers and names the tensors: GPT-2 (LayerNorm, GELU,
+//! learned positions) and Llama (RMSNorm, SwiGLU, rotary positions, grouped-query attention).
 //!
 //! One routine, [`Model::run`], processes new positions of a batch of sequences, appending
 //! their keys and values to a [`KvCache`]. A whole forward pass is `run` on an empty cache; a
@@ -16,26 +20,31 @@
 mod block;
 mod config;
 mod embedding;
+mod families;
 mod float;
 mod linear;
 mod mlp;
 mod norm;
 mod pass;
+pub mod rotary;
 pub mod schema;
 mod self_attention;
+mod stacked;
 pub mod storage;
 mod tensor;
 mod workspace;
 
 pub use crate::formats::WeightFormat;
 pub use block::Block;
-pub use config::Config;
+pub use config::{Config, Family, Positions};
 pub use embedding::Embedding;
+pub use families::{layout, schema, validate};
 pub use float::Float;
 pub use linear::Linear;
 pub use norm::Norm;
 pub use pass::Pass;
-pub use schema::{schema, Layout, Tensor, TensorSpec};
+pub use rotary::{Rope, RopeScaling};
+pub use schema::{Layout, Tensor, TensorSpec};
 pub use storage::{
     storage, Fetch, Fetched, Packed, PackedWeights, Table, TableRows, WeightStorage,
 };
@@ -45,7 +54,10 @@ use crate::gemm::{MatRef, Options};
 use crate::kv_cache::{HeadKv, KvCache};
 use crate::profile::Phases;
 use crate::Result;
-use schema::{export, Exported, Source};
+use embedding::Added;
+use mlp::Mlp;
+use rotary::Rotary;
+use schema::{export, Exported, LinearSpec, MlpSpec, PositionSpec, QkvSpec, Source};
 use std::collections::HashMap;
 use std::sync::Arc;
 use workspace::{Workspace, WorkspacePool};
@@ -54,7 +66,9 @@ pub struct Model<T: Float> {
     pub cfg: Config,
     pub embedding: Embedding<T>,
     pub blocks: Vec<Block<T>>,
-    pub ln_f: Norm<T>,
+    pub norm_f: Norm<T>,
+    /// The frequencies of rotary positions (None: positions are added to the embedding).
+    pub rotary: Option<Rotary>,
     /// The LM head `(d, V)`: `wte^T` when tied, else `lm_head.weight^T`, packed once (in the
     /// weights' format).
     pub head: Packed<T>,
@@ -69,7 +83,44 @@ pub struct Model<T: Float> {
 /// A large tensor of a model ([`Model::stored_tensors`]).
 enum Large<'m, T: Float> {
     Table(&'m Table<T>),
-    Matrix(&'m Packed<T>),
+    Matrix(LargeMatrix<'m, T>),
+}
+
+/// A weight matrix as held, or the columns `c0 .. c0 + n` of one (a part of a stacked product).
+struct LargeMatrix<'m, T: Float> {
+    w: &'m Packed<T>,
+    c0: usize,
+    n: usize,
+}
+
+impl<'m, T: Float> LargeMatrix<'m, T> {
+    fn whole(w: &'m Packed<T>) -> Self {
+        LargeMatrix {
+            w,
+            c0: 0,
+            n: w.cols(),
+        }
+    }
+
+    /// The columns of `w` from `c0` that hold the tensor `spec`.
+    fn of(w: &'m Packed<T>, c0: usize, spec: &LinearSpec) -> Large<'m, T> {
+        Large::Matrix(LargeMatrix {
+            w,
+            c0,
+            n: spec.k_n().1,
+        })
+    }
+
+    /// The matrix's bytes, or a part's share by its columns.
+    fn nbytes(&self) -> usize {
+        let cols = self.w.cols().max(1);
+        self.w.nbytes() / cols * self.n
+            + if self.n == cols {
+                self.w.nbytes() % cols
+            } else {
+                0
+            }
+    }
 }
 
 /// What a call to [`Model::run`] asks for.
@@ -91,7 +142,8 @@ pub struct RunOutput<T> {
     pub logits: Vec<T>,
     /// Residual stream before block 0 and after each block: `(n_layers + 1, B * T_new, d)`.
     pub hidden: Option<Vec<T>>,
-    /// The final residual stream `(B * T_new, d)` (before LN_f), when logits were not asked for.
+    /// The final residual stream `(B * T_new, d)` (before the final norm), when logits were not
+    /// asked for.
     pub final_x: Option<Vec<T>>,
 }
 
@@ -103,8 +155,7 @@ pub enum Logits {
 }
 
 impl<T: Float> Model<T> {
-    /// Build from Hugging Face GPT-2 names (without "transformer."); checks every shape
-    /// against the schema.
+    /// Build from the tensors the family's schema names; checks every shape against it.
     pub fn new(cfg: Config, weights: &HashMap<String, Tensor<'_, T>>) -> Result<Self> {
         Self::with_format(cfg, weights, WeightFormat::Full, None)
     }
@@ -114,15 +165,16 @@ impl<T: Float> Model<T> {
     /// come from `fetch` as 16-bit patterns when it has them (one at a time, so no
     /// full-precision copy of the model need exist), else from `weights`, rounded to the
     /// format (round to nearest even). Either way the model computes exactly what the `T`
-    /// model with those weights rounded and widened back computes.
+    /// model with those weights rounded and widened back computes. Biases and norm
+    /// parameters stay in `T`.
     pub fn with_format(
         cfg: Config,
         weights: &HashMap<String, Tensor<'_, T>>,
         format: WeightFormat,
         fetch: Option<&Fetch<'_>>,
     ) -> Result<Self> {
-        cfg.validate()?;
-        let layout = Layout::new(&cfg);
+        validate(&cfg)?;
+        let layout = layout(&cfg);
         let src = Source {
             full: weights,
             format,
@@ -132,9 +184,13 @@ impl<T: Float> Model<T> {
         let blocks = layout
             .blocks
             .iter()
-            .map(|b| Block::load(b, cfg.n_heads, &src))
+            .map(|b| Block::load(b, &src))
             .collect::<Result<Vec<_>>>()?;
-        let ln_f = Norm::load(&layout.ln_f, &src)?;
+        let norm_f = Norm::load(&layout.norm_f, &src)?;
+        let rotary = match &layout.positions {
+            PositionSpec::Rotary(rope) => Some(Rotary::new(rope.clone(), cfg.d_head)),
+            _ => None,
+        };
         // The head multiplies by W^T where W is (V, d): a transposed view, packed once.
         let (d, v) = (cfg.d_model, cfg.vocab_size);
         let head = match &layout.lm_head {
@@ -145,7 +201,8 @@ impl<T: Float> Model<T> {
             cfg,
             embedding,
             blocks,
-            ln_f,
+            norm_f,
+            rotary,
             head,
             format,
             layout,
@@ -161,8 +218,8 @@ impl<T: Float> Model<T> {
     }
 
     /// Every weight the model computes with, under its Hugging Face name, as
-    /// `(name, shape, row-major values)` in the schema's order (packed matrices unpacked;
-    /// `lm_head.weight` only when untied).
+    /// `(name, shape, row-major values)` in the schema's order and shapes (packed matrices
+    /// unpacked; `lm_head.weight` only when untied).
     pub fn export(&self) -> Exported<T> {
         let layout = &self.layout;
         let mut out = Vec::new();
@@ -170,7 +227,7 @@ impl<T: Float> Model<T> {
         for (blk, spec) in self.blocks.iter().zip(&layout.blocks) {
             blk.export(spec, &mut out);
         }
-        self.ln_f.export(&layout.ln_f, &mut out);
+        self.norm_f.export(&layout.norm_f, &mut out);
         if let Some(s) = &layout.lm_head {
             // The head is packed as W^T (d x V); the checkpoint stores W (V x d).
             let (d, v) = (self.cfg.d_model, self.cfg.vocab_size);
@@ -193,68 +250,107 @@ impl<T: Float> Model<T> {
 
     /// The large tensors as the model holds them, under their names: the embedding tables, the
     /// blocks' matrices and the head (`lm_head.weight`, also when it is the token embedding's
-    /// transpose, packed of its own).
+    /// transpose, packed of its own). The parts of a stacked product (Llama's Q, K, V) are
+    /// its columns `c0 .. c0 + n`.
     fn large_tensors(&self) -> Vec<(&str, Large<'_, T>)> {
         let layout = &self.layout;
         let mut out = vec![(layout.wte.name.as_str(), Large::Table(&self.embedding.wte))];
-        if let (Some(s), Some(t)) = (&layout.wpe, &self.embedding.wpe) {
+        if let (PositionSpec::Learned(s), Added::Learned(t)) =
+            (&layout.positions, &self.embedding.positions)
+        {
             out.push((s.name.as_str(), Large::Table(t)));
         }
         for (blk, spec) in self.blocks.iter().zip(&layout.blocks) {
-            for (l, s) in [
-                (&blk.attn.qkv, &spec.qkv),
-                (&blk.attn.proj, &spec.proj),
-                (&blk.mlp.fc, &spec.fc),
-                (&blk.mlp.proj, &spec.fc_proj),
-            ] {
-                out.push((s.weight.name.as_str(), Large::Matrix(&l.w)));
+            match &spec.attn.qkv {
+                QkvSpec::Fused(l) => out.push((
+                    l.weight.name.as_str(),
+                    LargeMatrix::of(&blk.attn.qkv.w, 0, l),
+                )),
+                QkvSpec::Stacked(parts) => {
+                    let mut c0 = 0;
+                    for p in parts {
+                        out.push((
+                            p.weight.name.as_str(),
+                            LargeMatrix::of(&blk.attn.qkv.w, c0, p),
+                        ));
+                        c0 += p.k_n().1;
+                    }
+                }
+            }
+            out.push((
+                spec.attn.out.weight.name.as_str(),
+                LargeMatrix::of(&blk.attn.proj.w, 0, &spec.attn.out),
+            ));
+            match (&blk.mlp, &spec.mlp) {
+                (Mlp::Gelu { fc, proj }, MlpSpec::Gelu { fc: sf, proj: sp }) => {
+                    out.push((sf.weight.name.as_str(), LargeMatrix::of(&fc.w, 0, sf)));
+                    out.push((sp.weight.name.as_str(), LargeMatrix::of(&proj.w, 0, sp)));
+                }
+                (
+                    Mlp::SwiGlu { gate, up, down },
+                    MlpSpec::SwiGlu {
+                        gate: sg,
+                        up: su,
+                        down: sd,
+                    },
+                ) => {
+                    out.push((sg.weight.name.as_str(), LargeMatrix::of(&gate.w, 0, sg)));
+                    out.push((su.weight.name.as_str(), LargeMatrix::of(&up.w, 0, su)));
+                    out.push((sd.weight.name.as_str(), LargeMatrix::of(&down.w, 0, sd)));
+                }
+                _ => unreachable!("an MLP is held as its spec says"),
             }
         }
-        out.push(("lm_head.weight", Large::Matrix(&self.head)));
+        out.push((
+            "lm_head.weight",
+            Large::Matrix(LargeMatrix::whole(&self.head)),
+        ));
         out
     }
 
     /// Each large tensor's name, the format it is held in and the bytes it takes (see
-    /// [`Model::nbytes`] for the total).
+    /// [`Model::nbytes`] for the total; the parts of a stacked product share its bytes by
+    /// their columns).
     pub fn stored_tensors(&self) -> Vec<(String, WeightFormat, usize)> {
         self.large_tensors()
             .into_iter()
             .map(|(name, t)| match t {
                 Large::Table(t) => (name.to_string(), t.format(), t.nbytes()),
-                Large::Matrix(m) => (name.to_string(), m.format(), m.nbytes()),
+                Large::Matrix(m) => (name.to_string(), m.w.format(), m.nbytes()),
             })
             .collect()
     }
 
     /// The file blocks of the tensor `name` when the model holds it in a block format: a run
-    /// of blocks along K for each column of a matrix (for each row of a table and of
-    /// `lm_head.weight`), see [`crate::formats::block`]; `None` otherwise.
+    /// of blocks along K for each output of a matrix (each column of a `(k, n)` matrix, each
+    /// row of an `(n, k)` one; each row of a table and of `lm_head.weight`), see
+    /// [`crate::formats::block`]; `None` otherwise.
     pub fn stored_blocks(&self, name: &str) -> Option<(WeightFormat, Vec<u8>)> {
         let (_, t) = self.large_tensors().into_iter().find(|(n, _)| *n == name)?;
         match t {
             Large::Table(t) => Some((t.format(), t.blocks()?)),
-            Large::Matrix(m) => Some((m.format(), m.blocks()?)),
+            Large::Matrix(m) => {
+                let all = m.w.blocks()?;
+                let run = all.len() / m.w.cols().max(1);
+                Some((m.w.format(), all[m.c0 * run..(m.c0 + m.n) * run].to_vec()))
+            }
         }
     }
 
+    /// An empty cache for `batch` sequences: `n_kv_heads` key/value heads per layer and
+    /// sequence.
     pub fn new_cache(&self, batch: usize) -> KvCache<T> {
         KvCache::new(
             self.cfg.n_layers,
             batch,
-            self.cfg.n_heads,
+            self.cfg.n_kv_heads,
             self.cfg.d_head(),
         )
     }
 
     /// Bytes of the packed and plain weights held.
     pub fn nbytes(&self) -> usize {
-        let blocks: usize = self
-            .blocks
-            .iter()
-            .map(|b| {
-                b.attn.qkv.nbytes() + b.attn.proj.nbytes() + b.mlp.fc.nbytes() + b.mlp.proj.nbytes()
-            })
-            .sum();
+        let blocks: usize = self.blocks.iter().map(|b| b.nbytes()).sum();
         self.embedding.nbytes() + blocks + self.head.nbytes()
     }
 
@@ -295,13 +391,13 @@ impl<T: Float> Model<T> {
                 out
             }
             None => {
-                let nh = self.cfg.n_heads;
+                let nkv = self.cfg.n_kv_heads;
                 let mut kv = match ws.kv.take() {
-                    Some(mut c) if c.batch == batch && c.n_heads == nh => {
+                    Some(mut c) if c.batch == batch && c.n_heads == nkv => {
                         c.clear();
                         c
                     }
-                    _ => KvCache::new(1, batch, nh, self.cfg.d_head()),
+                    _ => KvCache::new(1, batch, nkv, self.cfg.d_head()),
                 };
                 let out = self.forward(req, &mut kv, false, check, &mut ws);
                 ws.kv = Some(kv);
@@ -332,9 +428,14 @@ impl<T: Float> Model<T> {
         if !req.causal && (persistent && p0 > 0) {
             return crate::value_error!("causal=False is only available for a full forward pass");
         }
-        if !cfg.sinusoidal && p0 + t_new > cfg.n_ctx {
+        let limited = match cfg.positions {
+            Positions::Learned => Some("learned positions"),
+            Positions::Rotary(_) => Some("rotary positions"),
+            Positions::Sinusoidal => None,
+        };
+        if let Some(why) = limited.filter(|_| p0 + t_new > cfg.n_ctx) {
             return crate::value_error!(
-                "sequence length {} exceeds the model's context n_ctx = {} (learned positions)",
+                "sequence length {} exceeds the model's context n_ctx = {} ({why})",
                 p0 + t_new,
                 cfg.n_ctx
             );
@@ -345,9 +446,14 @@ impl<T: Float> Model<T> {
             p0,
             d,
             causal: req.causal,
-            ln_eps: cfg.ln_eps,
             kernel: crate::kernels::current(),
         };
+        // The cosines and sines of the new positions, shared by every block.
+        let mut rope = std::mem::take(&mut ws.rope);
+        let rotary = self.rotary.as_ref().map(|r| {
+            rope.fill(r, p0, t_new);
+            &rope
+        });
         let rows = pass.rows();
         let mut ph = Phases::new();
         let mut x = self.embedding.forward(req.ids, t_new, p0)?; // (B*T, d)
@@ -367,11 +473,13 @@ impl<T: Float> Model<T> {
                 l.iter_mut().for_each(|hk| hk.clear());
                 l
             };
-            blk.forward(&mut x, heads, &pass, ws, &mut ph); // x += attn(ln1(x)); x += mlp(ln2(x))
+            // x += attn(norm1(x)); x += mlp(norm2(x))
+            blk.forward(&mut x, heads, &pass, ws, rotary, &mut ph);
             if let Some(h) = hidden.as_mut() {
                 h.extend_from_slice(&x);
             }
         }
+        ws.rope = rope;
         check()?;
         let mut final_x = None;
         let logits = match req.logits {
@@ -454,10 +562,10 @@ impl<T: Float> Model<T> {
         Ok(res)
     }
 
-    /// `LN_f(x) @ Whead` for `rows` rows.
+    /// `Norm_f(x) @ Whead` for `rows` rows.
     fn head_logits(&self, x: &[T], rows: usize, h: &mut Vec<T>) -> Result<Vec<T>> {
         let d = self.cfg.d_model;
-        self.ln_f.forward(x, h, d, T::from_f64(self.cfg.ln_eps));
+        self.norm_f.forward(x, h, d);
         let v = self.cfg.vocab_size;
         // The product writes every value, so a kept buffer's stale contents do not matter.
         let mut out = self.outputs.take(rows.saturating_mul(v), "logits")?;
@@ -469,5 +577,7 @@ impl<T: Float> Model<T> {
 
 #[cfg(test)]
 mod format_tests;
+#[cfg(test)]
+mod llama_tests;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,5 @@
 //! One call's new positions, as every layer of the pass sees them.
 
-use super::float::Float;
 use crate::kernels::Kernel;
 
 /// One call's new positions: `ids` is `batch x t_new` (row-major), after `p0` cached positions.
@@ -10,7 +9,6 @@ pub struct Pass {
     pub p0: usize,
     pub d: usize,
     pub causal: bool,
-    pub ln_eps: f64,
     /// The kernel family the whole pass runs with.
     pub kernel: Kernel,
 }
@@ -19,8 +17,5 @@ impl Pass {
     /// Rows of the activations, `B * T_new`.
     pub fn rows(&self) -> usize {
         self.batch * self.t_new
-    }
-    pub fn eps<T: Float>(&self) -> T {
-        T::from_f64(self.ln_eps)
     }
 }

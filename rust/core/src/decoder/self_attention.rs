@@ -1,48 +1,105 @@
 //! The attention layer of a block: `x += attn(h) Wo + bo` where `attn` is causal multi-head
-//! attention over the keys and values of every position so far.
+//! attention over the keys and values of every position so far, with `n_kv_heads` key/value
+//! heads shared by groups of query heads (grouped-query attention; one per query head is
+//! GPT-2's multi-head attention, one in all is multi-query attention), and queries and keys
+//! rotated by their positions when the model has rotary positions.
 
 use super::linear::{After, Linear};
-use super::schema::{BlockSpec, Exported, Source};
-use super::{Float, Pass};
+use super::norm::for_rows;
+use super::rotary::{rotate_head, RotaryTable};
+use super::schema::{AttentionSpec, Exported, QkvSpec, Source};
+use super::{stacked, Float, Pass};
 use crate::attention::{attend_block, QueryBlock, Scratch};
 use crate::kv_cache::{HeadKv, KB};
 use crate::threads::{self, SendPtr};
 use crate::Result;
 
 pub struct SelfAttention<T: Float> {
-    /// `(d, 3d)`: columns `[Q | K | V]`, head `hh` in columns `hh*dh .. (hh+1)*dh` of each.
+    /// `(d, (n_heads + 2 n_kv_heads) d_head)`: columns `[Q | K | V]`, head `h` in columns
+    /// `h * d_head ..` of its part.
     pub qkv: Linear<T>,
-    /// `(d, d)`.
+    /// `(n_heads * d_head, d)`.
     pub proj: Linear<T>,
     pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub d_head: usize,
 }
 
 /// The layer's work buffers.
 pub struct AttentionBuffers<'a, T> {
-    /// `(B*T, 3d)`.
+    /// `(B*T, (n_heads + 2 n_kv_heads) d_head)`.
     pub qkv: &'a mut Vec<T>,
-    /// `(B*T, d)`: the heads' outputs side by side.
+    /// `(B*T, n_heads * d_head)`: the heads' outputs side by side.
     pub att: &'a mut Vec<T>,
     /// `(B*T, d)`: the projection.
     pub y: &'a mut Vec<T>,
 }
 
+/// Where the parts of a row of the QKV product are.
+#[derive(Clone, Copy)]
+struct Columns {
+    nh: usize,
+    nkv: usize,
+    dh: usize,
+}
+
+impl Columns {
+    /// Query heads per key/value head.
+    fn group(self) -> usize {
+        self.nh / self.nkv
+    }
+    fn q_width(self) -> usize {
+        self.nh * self.dh
+    }
+    /// Row width of the QKV product.
+    fn width(self) -> usize {
+        (self.nh + 2 * self.nkv) * self.dh
+    }
+    fn k_at(self, g: usize) -> usize {
+        self.q_width() + g * self.dh
+    }
+    fn v_at(self, g: usize) -> usize {
+        self.q_width() + (self.nkv + g) * self.dh
+    }
+}
+
 impl<T: Float> SelfAttention<T> {
-    pub fn load(spec: &BlockSpec, n_heads: usize, src: &Source<'_, '_, T>) -> Result<Self> {
+    pub fn load(spec: &AttentionSpec, src: &Source<'_, '_, T>) -> Result<Self> {
         Ok(SelfAttention {
-            qkv: Linear::load(&spec.qkv, src)?,
-            proj: Linear::load(&spec.proj, src)?,
-            n_heads,
+            qkv: match &spec.qkv {
+                QkvSpec::Fused(l) => Linear::load(l, src)?,
+                QkvSpec::Stacked(parts) => stacked::load(parts, src)?,
+            },
+            proj: Linear::load(&spec.out, src)?,
+            n_heads: spec.n_heads,
+            n_kv_heads: spec.n_kv_heads,
+            d_head: spec.d_head,
         })
     }
 
-    pub fn export(&self, spec: &BlockSpec, out: &mut Exported<T>) {
-        self.qkv.export(&spec.qkv, out);
-        self.proj.export(&spec.proj, out);
+    pub fn export(&self, spec: &AttentionSpec, out: &mut Exported<T>) {
+        match &spec.qkv {
+            QkvSpec::Fused(l) => self.qkv.export(l, out),
+            QkvSpec::Stacked(parts) => stacked::export_parts(&self.qkv, parts, out),
+        }
+        self.proj.export(&spec.out, out);
+    }
+
+    pub fn nbytes(&self) -> usize {
+        self.qkv.nbytes() + self.proj.nbytes()
+    }
+
+    fn columns(&self) -> Columns {
+        Columns {
+            nh: self.n_heads,
+            nkv: self.n_kv_heads,
+            dh: self.d_head,
+        }
     }
 
     /// `x (B*T, d) += attn(h (B*T, d)) Wo + bo`, appending the new positions' keys and values
-    /// to `heads` (one per (sequence, head), `B * n_heads`).
+    /// to `heads` (one per (sequence, key/value head), `B * n_kv_heads`). With `rotary`, the
+    /// queries and keys of each row are rotated by the row's position first.
     pub fn forward(
         &self,
         h: &[T],
@@ -50,75 +107,101 @@ impl<T: Float> SelfAttention<T> {
         heads: &mut [HeadKv<T>],
         pass: &Pass,
         buf: AttentionBuffers<'_, T>,
+        rotary: Option<&RotaryTable<T>>,
     ) {
         let rows = pass.rows();
-        let d = self.proj.w.cols();
+        let cols = self.columns();
         self.qkv.forward(h, rows, buf.qkv, After::Bias);
-        self.append_kv(buf.qkv, heads, pass, d);
-        self.attend(buf.qkv, heads, buf.att, pass, d);
+        if let Some(table) = rotary {
+            rotate(buf.qkv, cols, pass, table);
+        }
+        append_kv(buf.qkv, heads, cols, pass);
+        attend(buf.qkv, heads, buf.att, cols, pass);
         self.proj.forward(buf.att, rows, buf.y, After::AddInto(x));
     }
+}
 
-    /// Appends the keys and values of the new positions (`qkv (B*T, 3d)`) to their heads.
-    fn append_kv(&self, qkv: &[T], heads: &mut [HeadKv<T>], pass: &Pass, d: usize) {
-        let (nh, t_new) = (self.n_heads, pass.t_new);
-        let dh = d / nh;
-        let fill = |(idx, hk): (usize, &mut HeadKv<T>)| {
-            let (b, hh) = (idx / nh, idx % nh);
-            let rows = &qkv[b * t_new * 3 * d..(b + 1) * t_new * 3 * d];
-            hk.push_rows(rows, 3 * d, (d + hh * dh, 2 * d + hh * dh), t_new);
-        };
-        if pass.rows() * d >= 1 << 14 {
-            let hp = SendPtr(heads.as_mut_ptr());
-            // SAFETY: item idx touches heads[idx] alone.
-            threads::parallel_for(heads.len(), |idx| {
-                fill((idx, unsafe { &mut *hp.get().add(idx) }))
-            });
-        } else {
-            heads.iter_mut().enumerate().for_each(fill);
+/// The work (flops) above which a pass's attention items are shared among the threads.
+const PARALLEL_ATTENTION_FLOPS: f64 = 4e5;
+
+/// Rotates every query and key head of the rows of `qkv` by the row's position.
+fn rotate<T: Float>(qkv: &mut [T], cols: Columns, pass: &Pass, table: &RotaryTable<T>) {
+    let (dh, w) = (cols.dh, cols.width());
+    let rotated = cols.nh + cols.nkv; // the queries' heads, then the keys'
+    for_rows(qkv, w, |r, row| {
+        let (cos, sin) = table.at(pass.p0 + r % pass.t_new);
+        for head in row[..rotated * dh].chunks_exact_mut(dh) {
+            rotate_head(head, cos, sin);
         }
-    }
+    });
+}
 
-    /// `att (B*T, d)`: every head's attention output for the new positions. Work items are
-    /// (sequence, head, query block aligned to KB); each writes a disjoint (rows, head columns)
-    /// region of `att`.
-    fn attend(&self, qkv: &[T], heads: &[HeadKv<T>], att: &mut Vec<T>, pass: &Pass, d: usize) {
-        let (nh, t_new, p0) = (self.n_heads, pass.t_new, pass.p0);
-        let dh = d / nh;
-        crate::memory::resize_for_overwrite(att, pass.rows() * d);
-        let mut items = Vec::new();
-        for b in 0..pass.batch {
-            for hh in 0..nh {
-                let mut t = p0;
-                while t < p0 + t_new {
-                    let end = ((t / KB + 1) * KB).min(p0 + t_new);
-                    items.push((b, hh, t, end - t));
-                    t = end;
-                }
+/// Appends the keys and values of the new positions (rows of `qkv`) to their heads.
+fn append_kv<T: Float>(qkv: &[T], heads: &mut [HeadKv<T>], cols: Columns, pass: &Pass) {
+    let (nkv, t_new, w) = (cols.nkv, pass.t_new, cols.width());
+    let fill = |(idx, hk): (usize, &mut HeadKv<T>)| {
+        let (b, g) = (idx / nkv, idx % nkv);
+        let rows = &qkv[b * t_new * w..(b + 1) * t_new * w];
+        hk.push_rows(rows, w, (cols.k_at(g), cols.v_at(g)), t_new);
+    };
+    if pass.rows() * cols.q_width() >= 1 << 14 {
+        let hp = SendPtr(heads.as_mut_ptr());
+        // SAFETY: item idx touches heads[idx] alone.
+        threads::parallel_for(heads.len(), |idx| {
+            fill((idx, unsafe { &mut *hp.get().add(idx) }))
+        });
+    } else {
+        heads.iter_mut().enumerate().for_each(fill);
+    }
+}
+
+/// `att (B*T, n_heads * d_head)`: every query head's attention output for the new positions.
+/// Work items are (sequence, query head, query block aligned to KB); each writes a disjoint
+/// (rows, head columns) region of `att`, and reads the key/value head of its group.
+fn attend<T: Float>(qkv: &[T], heads: &[HeadKv<T>], att: &mut Vec<T>, cols: Columns, pass: &Pass) {
+    let (nh, nkv, dh, t_new, p0) = (cols.nh, cols.nkv, cols.dh, pass.t_new, pass.p0);
+    let (w, qw, group) = (cols.width(), cols.q_width(), cols.group());
+    crate::memory::resize_for_overwrite(att, pass.rows() * qw);
+    let mut items = Vec::new();
+    for b in 0..pass.batch {
+        for hh in 0..nh {
+            let mut t = p0;
+            while t < p0 + t_new {
+                let end = ((t / KB + 1) * KB).min(p0 + t_new);
+                items.push((b, hh, t, end - t));
+                t = end;
             }
         }
-        let att_ptr = SendPtr(att.as_mut_ptr());
-        let qkv_ptr = SendPtr(qkv.as_ptr() as *mut T);
-        let work = |&(b, hh, q0, nq): &(usize, usize, usize, usize), scratch: &mut Scratch<T>| {
-            let r0 = b * t_new + (q0 - p0);
-            let blk = QueryBlock {
-                q: qkv_ptr.get().wrapping_add(r0 * 3 * d + hh * dh),
-                ldq: 3 * d,
-                q0,
-                nq,
-                out: att_ptr.get().wrapping_add(r0 * d + hh * dh),
-                ldo: d,
-            };
-            // SAFETY: the item's query rows and output rows lie inside the buffers, and no
-            // other item writes its output region.
-            unsafe { attend_block(pass.kernel, &heads[b * nh + hh], &blk, pass.causal, scratch) };
+    }
+    let att_ptr = SendPtr(att.as_mut_ptr());
+    let qkv_ptr = SendPtr(qkv.as_ptr() as *mut T);
+    let work = |&(b, hh, q0, nq): &(usize, usize, usize, usize), scratch: &mut Scratch<T>| {
+        let r0 = b * t_new + (q0 - p0);
+        let blk = QueryBlock {
+            q: qkv_ptr.get().wrapping_add(r0 * w + hh * dh),
+            ldq: w,
+            q0,
+            nq,
+            out: att_ptr.get().wrapping_add(r0 * qw + hh * dh),
+            ldo: qw,
         };
-        let flops = (items.len() * KB * KB * dh) as f64;
-        if items.len() > 1 && flops > 1e5 && threads::num_threads() > 1 {
-            threads::parallel_for_init(items.len(), Scratch::default, |s, i| work(&items[i], s));
-        } else {
-            let mut s = Scratch::default();
-            items.iter().for_each(|it| work(it, &mut s));
-        }
+        let kv = &heads[b * nkv + hh / group];
+        // SAFETY: the item's query rows and output rows lie inside the buffers, and no
+        // other item writes its output region.
+        unsafe { attend_block(pass.kernel, kv, &blk, pass.causal, scratch) };
+    };
+    // The items' multiply-adds: each query row against the keys it sees, for the scores and
+    // again for the values. A decode step over a short context is a few microseconds of work
+    // in all, less than handing it to the thread team costs.
+    let keys = |q0: usize, nq: usize| if pass.causal { q0 + nq } else { p0 + t_new };
+    let flops: f64 = items
+        .iter()
+        .map(|&(_, _, q0, nq)| (4 * nq * keys(q0, nq) * dh) as f64)
+        .sum();
+    if items.len() > 1 && flops > PARALLEL_ATTENTION_FLOPS && threads::num_threads() > 1 {
+        threads::parallel_for_init(items.len(), Scratch::default, |s, i| work(&items[i], s));
+    } else {
+        let mut s = Scratch::default();
+        items.iter().for_each(|it| work(it, &mut s));
     }
 }

@@ -617,7 +617,7 @@ impl<'a, T: Float> Source<'_, 'a, T> {
 
     /// `spec` as `fetch` has it, when the model is stored in another format than the compute
     /// type; 16-bit patterns checked against the shape.
-    fn fetched(&self, spec: &TensorSpec) -> Result<Option<Fetched>> {
+    pub(super) fn fetched(&self, spec: &TensorSpec) -> Result<Option<Fetched>> {
         let Some(fetch) = self.fetch.filter(|_| self.format != WeightFormat::Full) else {
             return Ok(None);
         };

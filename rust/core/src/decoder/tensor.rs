@@ -1,8 +1,9 @@
 //! Named tensors: what the schema specifies of each ([`TensorSpec`]) and a weight as it is
 //! handed in ([`Tensor`]).
 
-/// One tensor: its name, shape, and what it is (the initialisation schemes key on the kind:
-/// `wte`, `wpe`, `ln_weight`, `ln_bias`, `c_attn`, `attn_proj`, `c_fc`, `mlp_proj`, `bias`,
+/// One tensor: its name, shape, and what it is (the initialisation schemes and the 16-bit
+/// storage key on the kind: `wte`, `wpe`, `ln_weight`, `ln_bias`, `c_attn`, `q_proj`,
+/// `k_proj`, `v_proj`, `attn_proj`, `c_fc`, `gate_proj`, `up_proj`, `mlp_proj`, `bias`,
 /// `lm_head`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorSpec {

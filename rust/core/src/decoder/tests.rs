@@ -5,6 +5,7 @@ fn random_model<T: Float>(cfg: &Config, bias: bool, affine: bool, seed: u64) -> 
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let cfg = Config {
         attn_bias: bias,
+        attn_out_bias: bias,
         mlp_bias: bias,
         ln_affine: affine,
         ..cfg.clone()
@@ -51,16 +52,24 @@ fn random_model<T: Float>(cfg: &Config, bias: bool, affine: bool, seed: u64) -> 
 
 fn cfg(sinusoidal: bool, tied: bool) -> Config {
     Config {
+        family: Family::Gpt2,
         vocab_size: 97,
         n_ctx: 200,
         d_model: 48,
         n_heads: 3,
+        n_kv_heads: 3,
+        d_head: 16,
         n_layers: 2,
         d_ff: 96,
-        sinusoidal,
+        positions: if sinusoidal {
+            Positions::Sinusoidal
+        } else {
+            Positions::Learned
+        },
         tied,
         ln_eps: 1e-5,
         attn_bias: true,
+        attn_out_bias: true,
         mlp_bias: true,
         ln_affine: true,
     }
@@ -192,7 +201,14 @@ fn kept_work_buffers_do_not_change_results() {
         let mut pool = m.workspaces.0.lock().unwrap();
         assert!(!pool.is_empty(), "a finished pass keeps its buffers");
         for ws in pool.iter_mut() {
-            for buf in [&mut ws.h, &mut ws.qkv, &mut ws.att, &mut ws.y, &mut ws.u] {
+            for buf in [
+                &mut ws.h,
+                &mut ws.qkv,
+                &mut ws.att,
+                &mut ws.y,
+                &mut ws.u,
+                &mut ws.g,
+            ] {
                 buf.iter_mut().for_each(|x| *x = f32::NAN);
             }
             for hk in ws.kv.iter_mut().flat_map(|c| c.layers.iter_mut().flatten()) {

@@ -1,11 +1,13 @@
 //! The work buffers of a pass, kept by the model between passes.
 
+use super::rotary::RotaryTable;
 use super::Float;
 use crate::kv_cache::KvCache;
 use std::sync::Mutex;
 
-/// The activation buffers of one pass (LayerNorm output, QKV, attention output, projection
-/// output, MLP hidden) and the one-layer key/value cache of a plain forward.
+/// The activation buffers of one pass (norm output, QKV, attention output, projection
+/// output, MLP hidden and SwiGLU's gate), the rotary table of the pass's positions and the
+/// one-layer key/value cache of a plain forward.
 ///
 /// A model keeps the buffers of finished passes and hands them to the next pass, so a
 /// forward does not allocate them again: fresh memory costs a page fault and a zeroing pass
@@ -19,6 +21,8 @@ pub struct Workspace<T> {
     pub att: Vec<T>,
     pub y: Vec<T>,
     pub u: Vec<T>,
+    pub g: Vec<T>,
+    pub rope: RotaryTable<T>,
     pub kv: Option<KvCache<T>>,
 }
 
@@ -33,6 +37,8 @@ impl<T: Float> Workspace<T> {
             att: Vec::new(),
             y: Vec::new(),
             u: Vec::new(),
+            g: Vec::new(),
+            rope: RotaryTable::default(),
             kv: None,
         }
     }
@@ -50,6 +56,9 @@ impl<T: Float> Workspace<T> {
             + self.att.capacity()
             + self.y.capacity()
             + self.u.capacity()
+            + self.g.capacity()
+            + self.rope.cos.capacity()
+            + self.rope.sin.capacity()
             + kv)
             * std::mem::size_of::<T>()
     }
