@@ -232,7 +232,8 @@ def _rewrite(src: Path, dst: Path, meta_change=None, drop=(), tensors_extra=()):
 
 
 @pytest.mark.parametrize("change, words", [
-    (dict(meta_change={"general.architecture": Value(ValueType.STRING, "llama")}), "holds a 'llama' model; gptcore reads 'llama' GGUF files once"),
+    (dict(meta_change={"general.architecture": Value(ValueType.STRING, "llama")}), "has no 'llama.attention.head_count'"),
+    (dict(meta_change={"general.architecture": Value(ValueType.STRING, "falcon")}), "holds a 'falcon' model; gptcore reads 'gpt2', 'llama', 'qwen2'"),
     (dict(meta_change={"general.architecture": Value(ValueType.STRING, "bert")}), "holds a 'bert' model"),
     (dict(meta_change={"general.architecture": None}), "has no 'general.architecture'"),
     (dict(meta_change={"gpt2.block_count": None}), "has no 'gpt2.block_count'"),
@@ -330,7 +331,7 @@ def test_cli_info_shows_a_gguf_files_tensors(tmp_path, tiny, capsys):
     assert main(["info", str(llama)]) == 1
     captured = capsys.readouterr()
     assert "blk.0.attn_qkv.weight" in captured.out  # the description comes before the error
-    assert "holds a 'llama' model" in captured.err
+    assert "has no 'llama.attention.head_count'" in captured.err
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x07\x00\x00\x00" + b"\x00" * 16)
     assert main(["info", str(bad)]) == 1

@@ -1,4 +1,5 @@
-"""GGUF files as gptcore weights: the ``gpt2`` architecture's configuration, tensors and tokenizer.
+"""GGUF files as gptcore weights: the configuration, tensors and tokenizer of the ``gpt2``,
+``llama`` and ``qwen2`` architectures.
 
 ``gptcore.load`` and ``Model.save`` read and write ``.gguf`` files through this module; the file
 format itself (reader, writer, names, block formats, tokenizer metadata) is ``gptcore.gguf``.
@@ -7,7 +8,15 @@ Reading (``open_model``): the configuration comes from the metadata (``gpt2.cont
 ``.embedding_length``, ``.feed_forward_length``, ``.block_count``, ``.attention.head_count``,
 ``.attention.layer_norm_epsilon``; the vocabulary size from ``token_embd.weight``), the
 tokenizer from ``tokenizer.ggml.*`` (see ``gptcore.gguf.tokenizer``), the weights from the
-tensors (names and layouts from ``gptcore.gguf.names.GPT2``). The head is tied when the file
+tensors (names and layouts from ``gptcore.gguf.names.GPT2``). The Llama family's files
+(``llama``: Llama and Mistral; ``qwen2``) give the same from ``{arch}.*`` keys
+(``.attention.head_count_kv``, ``.attention.key_length``, ``.rope.freq_base``,
+``.rope.dimension_count``, which must be the head width, ``.attention.layer_norm_rms_epsilon``,
+``.rope.scaling.type`` ``none`` or ``linear`` with ``.rope.scaling.factor``; frequency factors
+in ``rope_freqs.weight``, llama3's scaling, are refused) and which biases the tensors hold;
+their names come from ``gptcore.gguf.names.LLAMA`` / ``QWEN2``, and a ``llama`` file's query
+and key rows are permuted back from llama.cpp's interleaved order to Hugging Face's
+(``unpermute_rope``; whole runs of blocks for Q8_0 / Q4_0). The head is tied when the file
 has no ``output.weight`` or one whose bytes equal ``token_embd.weight``'s (llama.cpp's converter
 writes GPT-2's tied head out as a copy). F32, F16 and BF16 tensors are used as they are: for a
 float32 / float64 model (16-bit values widen exactly), or with ``weight_dtype="bfloat16"`` /
@@ -33,6 +42,9 @@ without biases (``bias=False``) or LayerNorm parameters (``ln_affine=False``) is
 zero biases and unit / zero LayerNorm parameters, which compute the same values (adding 0 and
 multiplying by 1 are exact), and is read back as a model with them; sinusoidal positions are
 refused. A tied head is written once (``token_embd.weight``; llama.cpp uses it as the head).
+A Llama-family model is written as ``qwen2`` when it has q/k/v biases, else as ``llama`` with
+its query and key rows permuted (``permute_rope``), with the keys above; llama3 rope scaling
+is refused.
 """
 
 from __future__ import annotations
@@ -45,18 +57,17 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ..config import GPTConfig
 from .. import _native
+from ..config import GPTConfig, RopeScaling
 from ..gguf.format import BLOCK_DTYPES as BLOCK_DTYPES_BY_TYPE
 from ..gguf.format import FILE_TYPES, READABLE_TYPES, Value, ValueType
-from ..gguf.names import GPT2, from_gguf_layout, to_gguf_layout
-from ..gguf.policy import GGUF_TYPES, WEIGHT_DTYPES, storage_type
+from ..gguf.names import ARCHITECTURES, from_gguf_layout, to_gguf_layout
+from ..gguf.policy import GGUF_TYPES, WEIGHT_DTYPES, model_storage_type, storage_type
 from ..gguf.quants import QK
 from ..gguf.reader import GGUFReader
 from ..gguf.tokenizer import tokenizer_from_metadata, tokenizer_metadata
 from ..gguf.writer import WriterTensor, write_gguf
 from . import schema, validation
-from ..gguf.policy import model_storage_type
 from .formats import BLOCK_DTYPES, FLOAT32_KINDS, HALF_DTYPES, to_half_bits
 
 __all__ = ["ModelParts", "config_from_metadata", "config_metadata", "read_weights", "open_model", "write_model",
@@ -64,10 +75,10 @@ __all__ = ["ModelParts", "config_from_metadata", "config_metadata", "read_weight
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-#: The architectures whose tables exist but whose models gptcore does not compute yet.
-_PENDING = {"llama": "the Llama family", "qwen2": "the Llama family (Qwen2)"}
+#: The architectures gptcore reads and writes: GPT-2 and the Llama family (``llama``, also
+#: Mistral's; ``qwen2``).
+_ARCHITECTURES = ARCHITECTURES
 _QUANTIZED = ("Q8_0", "Q4_0")
-_GPT2_KEYS = ("context_length", "embedding_length", "feed_forward_length", "block_count", "attention.head_count")
 
 
 def is_gguf(path: PathLike) -> bool:
@@ -98,54 +109,97 @@ def _where(reader: GGUFReader) -> str:
     return repr(str(reader.path))
 
 
+def _integer(reader: GGUFReader, full: str, default: Optional[int] = None) -> int:
+    """The integer metadata value ``full``; ``ValueError`` naming the file and the key when it
+    is missing (and has no ``default``) or no integer."""
+    f = reader.fields.get(full)
+    if f is None:
+        if default is not None:
+            return default
+        raise ValueError(f"{_where(reader)} has no {full!r}")
+    if f.type not in (ValueType.UINT8, ValueType.UINT16, ValueType.UINT32, ValueType.UINT64,
+                      ValueType.INT8, ValueType.INT16, ValueType.INT32, ValueType.INT64):
+        raise ValueError(f"{_where(reader)}: {full!r} must be an integer, got {f.type_name}")
+    return int(f.value)
+
+
+def _float(reader: GGUFReader, full: str, default: Optional[float] = None) -> float:
+    """The float metadata value ``full`` (a FLOAT32 read back as the shortest decimal that
+    rounds to it); ``ValueError`` naming the file and the key when missing or no float."""
+    f = reader.fields.get(full)
+    if f is None:
+        if default is not None:
+            return default
+        raise ValueError(f"{_where(reader)} has no {full!r}")
+    if f.type not in (ValueType.FLOAT32, ValueType.FLOAT64):
+        raise ValueError(f"{_where(reader)}: {full!r} must be a float, got {f.type_name}")
+    return f.value if f.type == ValueType.FLOAT64 else _shortest_float32(f.value)
+
+
 def config_from_metadata(reader: GGUFReader, n_heads: Optional[int] = None) -> GPTConfig:
-    """The ``GPTConfig`` of a ``gpt2`` GGUF file (see the module documentation); ``ValueError``
-    naming the file and the key for anything missing or wrong, or the architecture when it is
-    not ``gpt2``."""
+    """The ``GPTConfig`` of a ``gpt2``, ``llama`` or ``qwen2`` GGUF file (see the module
+    documentation); ``ValueError`` naming the file and the key for anything missing or wrong,
+    or the architecture when it is another."""
     meta, where = reader.metadata, _where(reader)
     arch = meta.get("general.architecture")
-    if arch != "gpt2":
-        if arch in _PENDING:
-            raise ValueError(f"{where} holds a {arch!r} model; gptcore reads {arch!r} GGUF files once it computes "
-                             f"{_PENDING[arch]} (its tensor names are ready in gptcore.gguf.names)")
+    if arch not in _ARCHITECTURES:
         if arch is None:
-            raise ValueError(f"{where} has no 'general.architecture'; gptcore reads 'gpt2' GGUF files")
-        raise ValueError(f"{where} holds a {arch!r} model; gptcore reads 'gpt2' GGUF files")
-
-    def integer(key: str) -> int:
-        full = f"gpt2.{key}"
-        f = reader.fields.get(full)
-        if f is None:
-            raise ValueError(f"{where} has no {full!r}")
-        if f.type not in (ValueType.UINT8, ValueType.UINT16, ValueType.UINT32, ValueType.UINT64,
-                          ValueType.INT8, ValueType.INT16, ValueType.INT32, ValueType.INT64):
-            raise ValueError(f"{where}: {full!r} must be an integer, got {f.type_name}")
-        return int(f.value)
-
-    vals = {k: integer(k) for k in _GPT2_KEYS}
-    eps_field = reader.fields.get("gpt2.attention.layer_norm_epsilon")
-    if eps_field is None:
-        raise ValueError(f"{where} has no 'gpt2.attention.layer_norm_epsilon'")
-    if eps_field.type not in (ValueType.FLOAT32, ValueType.FLOAT64):
-        raise ValueError(f"{where}: 'gpt2.attention.layer_norm_epsilon' must be a float, got {eps_field.type_name}")
-    eps = eps_field.value if eps_field.type == ValueType.FLOAT64 else _shortest_float32(eps_field.value)
-    kv = reader.fields.get("gpt2.attention.head_count_kv")
-    if kv is not None and kv.value != vals["attention.head_count"]:
-        raise ValueError(f"{where}: 'gpt2.attention.head_count_kv' = {kv.value!r} differs from the head count "
-                         f"{vals['attention.head_count']}; GPT-2 has no grouped-query attention")
-    if n_heads is not None and n_heads != vals["attention.head_count"]:
-        raise ValueError(f"load: n_heads={n_heads} disagrees with 'gpt2.attention.head_count' = "
-                         f"{vals['attention.head_count']} in {where}")
+            raise ValueError(f"{where} has no 'general.architecture'; gptcore reads "
+                             f"{', '.join(map(repr, _ARCHITECTURES))} GGUF files")
+        raise ValueError(f"{where} holds a {arch!r} model; gptcore reads "
+                         f"{', '.join(map(repr, _ARCHITECTURES))} GGUF files")
+    heads = _integer(reader, f"{arch}.attention.head_count")
+    if n_heads is not None and n_heads != heads:
+        raise ValueError(f"load: n_heads={n_heads} disagrees with '{arch}.attention.head_count' = {heads} in {where}")
     emb = reader.tensors.get("token_embd.weight")
     if emb is None or len(emb.shape) != 2:
         raise ValueError(f"{where} has no two-dimensional 'token_embd.weight' (the token embedding)")
+    if arch == "gpt2":
+        kv = reader.fields.get("gpt2.attention.head_count_kv")
+        if kv is not None and kv.value != heads:
+            raise ValueError(f"{where}: 'gpt2.attention.head_count_kv' = {kv.value!r} differs from the head count "
+                             f"{heads}; GPT-2 has no grouped-query attention")
+        kwargs = dict(pos="learned", bias=True, ln_affine=True,
+                      ln_eps=_float(reader, "gpt2.attention.layer_norm_epsilon"))
+    else:
+        kwargs = _llama_kwargs(reader, arch, heads, emb.shape[1])
     try:
         return GPTConfig(
-            vocab_size=emb.shape[0], n_ctx=vals["context_length"], d_model=vals["embedding_length"],
-            n_heads=vals["attention.head_count"], n_layers=vals["block_count"], d_ff=vals["feed_forward_length"],
-            pos="learned", tied=_tied(reader), bias=True, ln_affine=True, ln_eps=eps)
+            vocab_size=emb.shape[0], n_ctx=_integer(reader, f"{arch}.context_length"),
+            d_model=_integer(reader, f"{arch}.embedding_length"), n_heads=heads,
+            n_layers=_integer(reader, f"{arch}.block_count"), d_ff=_integer(reader, f"{arch}.feed_forward_length"),
+            tied=_tied(reader), **kwargs)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where} does not give a valid configuration: {e}") from None
+
+
+def _llama_kwargs(reader: GGUFReader, arch: str, heads: int, d_model: int) -> Dict[str, Any]:
+    """The Llama family's settings of a ``llama`` / ``qwen2`` file: key/value heads, head
+    width, rotary base and scaling, RMSNorm epsilon, which biases it has."""
+    where = _where(reader)
+    n_kv = _integer(reader, f"{arch}.attention.head_count_kv", heads)
+    head_dim = _integer(reader, f"{arch}.attention.key_length", d_model // max(heads, 1))
+    value_dim = _integer(reader, f"{arch}.attention.value_length", head_dim)
+    rope_dim = _integer(reader, f"{arch}.rope.dimension_count", head_dim)
+    if value_dim != head_dim or rope_dim != head_dim:
+        raise ValueError(f"{where}: keys of width {head_dim}, values of width {value_dim} and rotary dimensions "
+                         f"{rope_dim}: gptcore rotates whole heads of one width")
+    scaling: Optional[RopeScaling] = None
+    kind = reader.metadata.get(f"{arch}.rope.scaling.type", "none")
+    if kind == "linear":
+        scaling = RopeScaling("linear", _float(reader, f"{arch}.rope.scaling.factor"))
+    elif kind != "none":
+        raise ValueError(f"{where}: rope scaling {kind!r} ('{arch}.rope.scaling.type') is not supported; gptcore "
+                         "reads 'none' and 'linear' from GGUF files")
+    if "rope_freqs.weight" in reader.tensors:
+        raise ValueError(f"{where}: rotary frequency factors ('rope_freqs.weight', llama3 scaling) are not "
+                         "supported in GGUF files; load the model's Hugging Face folder instead")
+    tensors = reader.tensors
+    return dict(family="llama", pos="rotary", n_kv_heads=n_kv, head_dim=head_dim,
+                rope_theta=_float(reader, f"{arch}.rope.freq_base", 10000.0), rope_scaling=scaling,
+                ln_eps=_float(reader, f"{arch}.attention.layer_norm_rms_epsilon"),
+                attn_bias="blk.0.attn_q.bias" in tensors, attn_out_bias="blk.0.attn_output.bias" in tensors,
+                bias="blk.0.ffn_up.bias" in tensors)
 
 
 def _tied(reader: GGUFReader) -> bool:
@@ -156,31 +210,61 @@ def _tied(reader: GGUFReader) -> bool:
             and np.array_equal(reader.raw("output.weight"), reader.raw("token_embd.weight")))
 
 
+def _arch(config: GPTConfig) -> str:
+    """The GGUF architecture of a model: ``gpt2``, or ``qwen2`` for a Llama-family model with
+    q/k/v biases (Qwen2's converter writes no row permutation), else ``llama``."""
+    if config.family == "gpt2":
+        return "gpt2"
+    return "qwen2" if config.attn_bias else "llama"
+
+
 def config_metadata(config: GPTConfig) -> Dict[str, Value]:
-    """The ``gpt2.*`` keys of ``config`` (learned positions only)."""
-    if config.pos != "learned":
-        raise ValueError(f"GGUF's 'gpt2' architecture has learned positions; this model's are {config.pos!r}")
+    """The ``gpt2.*`` keys of ``config`` (learned positions only), or the ``llama.*`` /
+    ``qwen2.*`` keys of a Llama-family one."""
     u32 = lambda x: Value(ValueType.UINT32, int(x))  # noqa: E731
-    return {
-        "gpt2.vocab_size": u32(config.vocab_size),
-        "gpt2.context_length": u32(config.n_ctx),
-        "gpt2.embedding_length": u32(config.d_model),
-        "gpt2.feed_forward_length": u32(config.d_ff),
-        "gpt2.block_count": u32(config.n_layers),
-        "gpt2.attention.head_count": u32(config.n_heads),
-        "gpt2.attention.layer_norm_epsilon": Value(ValueType.FLOAT32, config.ln_eps),
+    f32 = lambda x: Value(ValueType.FLOAT32, float(x))  # noqa: E731
+    arch = _arch(config)
+    if arch == "gpt2" and config.pos != "learned":
+        raise ValueError(f"GGUF's 'gpt2' architecture has learned positions; this model's are {config.pos!r}")
+    meta = {
+        f"{arch}.vocab_size": u32(config.vocab_size),
+        f"{arch}.context_length": u32(config.n_ctx),
+        f"{arch}.embedding_length": u32(config.d_model),
+        f"{arch}.feed_forward_length": u32(config.d_ff),
+        f"{arch}.block_count": u32(config.n_layers),
+        f"{arch}.attention.head_count": u32(config.n_heads),
     }
+    if arch == "gpt2":
+        meta["gpt2.attention.layer_norm_epsilon"] = f32(config.ln_eps)
+        return meta
+    scaling = config.rope_scaling
+    if scaling is not None and scaling.rope_type != "linear":
+        raise ValueError(f"GGUF's metadata holds 'none' or 'linear' rope scaling; this model's is {scaling.rope_type!r}")
+    meta.update({
+        f"{arch}.attention.head_count_kv": u32(config.n_kv_heads),
+        f"{arch}.attention.key_length": u32(config.d_head),
+        f"{arch}.attention.value_length": u32(config.d_head),
+        f"{arch}.rope.dimension_count": u32(config.d_head),
+        f"{arch}.rope.freq_base": f32(config.rope_theta),
+        f"{arch}.attention.layer_norm_rms_epsilon": f32(config.ln_eps),
+    })
+    if scaling is not None:
+        meta[f"{arch}.rope.scaling.type"] = Value(ValueType.STRING, "linear")
+        meta[f"{arch}.rope.scaling.factor"] = f32(scaling.factor)
+    return meta
 
 
 def _model_tensors(reader: GGUFReader, config: GPTConfig) -> Dict[str, Tuple[str, str]]:
     """gptcore name -> (GGUF name, layout) for every tensor of the file; ``ValueError`` for a
-    name the gpt2 table does not know or a type gptcore cannot read."""
+    name the architecture's table does not know or a type gptcore cannot read."""
     where = _where(reader)
+    arch = reader.metadata["general.architecture"]
+    table = _ARCHITECTURES[arch]
     out: Dict[str, Tuple[str, str]] = {}
     for gname, info in reader.tensors.items():
-        hit = GPT2.from_gguf(gname)
+        hit = table.from_gguf(gname)
         if hit is None:
-            raise ValueError(f"{where}: unexpected tensor {gname!r} for the 'gpt2' architecture")
+            raise ValueError(f"{where}: unexpected tensor {gname!r} for the {arch!r} architecture")
         if info.type not in READABLE_TYPES:
             raise ValueError(f"{where}: tensor {gname!r} has type {info.type}; gptcore reads "
                              f"{', '.join(READABLE_TYPES[:-1])} and {READABLE_TYPES[-1]} tensors")
@@ -194,6 +278,12 @@ def _source_shape(gguf_shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:
     return tuple(reversed(gguf_shape)) if layout == "transposed" else tuple(gguf_shape)
 
 
+def _from_gguf(a: np.ndarray, layout: str, config: GPTConfig) -> np.ndarray:
+    """A file's array in gptcore's layout (``gptcore.gguf.names``; Llama's query and key rows
+    permuted back, a block array's rows of blocks moved whole)."""
+    return from_gguf_layout(a, layout, config.n_heads, config.n_kv_heads)
+
+
 def read_weights(reader: GGUFReader, config: GPTConfig) -> Dict[str, np.ndarray]:
     """gptcore's weights from a gpt2 file as float32 (a float32 / float64 model): F32 tensors as
     read-only views of the file (in gptcore's orientation: transposed views of the ``Conv1D``
@@ -203,7 +293,7 @@ def read_weights(reader: GGUFReader, config: GPTConfig) -> Dict[str, np.ndarray]
     for name, (gname, layout) in tensors.items():
         t = reader.tensors[gname]
         a = reader.tensor(gname) if t.type == "F32" else reader.to_float32(gname)
-        out[name] = from_gguf_layout(a, layout)
+        out[name] = _from_gguf(a, layout, config)
     return out
 
 
@@ -285,7 +375,7 @@ def open_model(path: PathLike, *, n_heads: Optional[int] = None, weight_dtype: A
                     bits = reader.tensor(gname).view(np.uint16)
                 else:
                     bits = to_half_bits(reader.to_float32(gname), wd)
-                return np.ascontiguousarray(from_gguf_layout(bits, layout))
+                return np.ascontiguousarray(_from_gguf(bits, layout, config))
 
             parts.fetch = fetch
         elif wd in BLOCK_DTYPES:
@@ -319,14 +409,14 @@ def _block_parts(reader: GGUFReader, tensors: Mapping[str, Tuple[str, str]], con
     for name, (gname, layout) in tensors.items():
         t = reader.tensors[gname]
         shape = _source_shape(t.shape, layout)
-        stored = kinds[name] not in FLOAT32_KINDS and model_storage_type(name, shape, wd) == code
+        stored = kinds[name] not in FLOAT32_KINDS and model_storage_type(name, shape, wd, config.family) == code
         if t.type in _QUANTIZED and stored and (t.type == code or not explicit):
             how[name] = "blocks"
         elif stored and explicit:
             how[name] = "quantize"
         else:
             how[name] = "float32"
-            small[name] = np.ascontiguousarray(from_gguf_layout(reader.to_float32(gname), layout))
+            small[name] = np.ascontiguousarray(_from_gguf(reader.to_float32(gname), layout, config))
 
     def fetch(name: str) -> Any:
         hit = tensors.get(name)
@@ -336,9 +426,14 @@ def _block_parts(reader: GGUFReader, tensors: Mapping[str, Tuple[str, str]], con
         if how[name] == "blocks":
             t = reader.tensors[gname]
             rows = t.shape[0] if len(t.shape) == 2 else 1
-            return (t.type.lower(), reader.raw(gname).reshape(rows, -1))
+            runs = reader.raw(gname).reshape(rows, -1)
+            # a run of blocks for each output, whatever the checkpoint's orientation; Llama's
+            # query and key rows permuted back as whole runs
+            if layout != "transposed":
+                runs = _from_gguf(runs, layout, config)
+            return (t.type.lower(), np.ascontiguousarray(runs))
         if how[name] == "quantize":
-            return np.ascontiguousarray(from_gguf_layout(reader.to_float32(gname), layout))
+            return np.ascontiguousarray(_from_gguf(reader.to_float32(gname), layout, config))
         return ("float32", None)
 
     return small, fetch
@@ -358,7 +453,8 @@ def _filled(weights: Mapping[str, np.ndarray], config: GPTConfig) -> Dict[str, n
 def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: PathLike, weight_dtype: str = "float32",
                 tokenizer: Any = None, metadata: Optional[Mapping[str, Any]] = None,
                 held: Optional[Mapping[str, Tuple[str, Optional[np.ndarray]]]] = None) -> Path:
-    """Write gptcore ``weights`` (checked against ``config``) as a ``gpt2`` GGUF file whose
+    """Write gptcore ``weights`` (checked against ``config``) as a GGUF file (architecture
+    ``gpt2``, or ``llama`` / ``qwen2`` for the Llama family, see ``_arch``) whose
     eligible tensors are ``weight_dtype`` (see ``gptcore.gguf.policy``), with ``tokenizer``'s
     metadata (or ``tokenizer.ggml.model = "none"``) and any extra ``metadata``. Tensors are
     converted one at a time while the file is written (Q8_0 / Q4_0 by gptcore's quantizer,
@@ -371,7 +467,8 @@ def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: Path
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"save: weight_dtype for a GGUF file must be one of {', '.join(WEIGHT_DTYPES)}, "
                          f"got {weight_dtype!r}")
-    meta: Dict[str, Any] = {"general.architecture": Value(ValueType.STRING, "gpt2")}
+    arch = _arch(config)
+    meta: Dict[str, Any] = {"general.architecture": Value(ValueType.STRING, arch)}
     meta.update(config_metadata(config))
     target = GGUF_TYPES[weight_dtype]
     meta["general.file_type"] = Value(ValueType.UINT32, FILE_TYPES[target])
@@ -382,11 +479,16 @@ def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: Path
         meta["tokenizer.ggml.model"] = Value(ValueType.STRING, "none")
     meta.update(metadata or {})
 
-    w = _filled(validation.validate(weights, config), config)
-    full = config.replace(bias=True, attn_bias=True, ln_affine=True)
+    w = validation.validate(weights, config)
+    full = config
+    if arch == "gpt2":
+        w = _filled(w, config)
+        full = config.replace(bias=True, attn_bias=True, ln_affine=True)
+    table = ARCHITECTURES[arch]
+    heads = dict(n_heads=config.n_heads, n_kv_heads=config.n_kv_heads)
     tensors: List[WriterTensor] = []
     for name, _, _ in schema._tensor_kinds(full):
-        hit = GPT2.to_gguf(name)
+        hit = table.to_gguf(name)
         assert hit is not None, name
         gname, layout = hit
         src = w[name]
@@ -399,9 +501,13 @@ def write_model(weights: Mapping[str, np.ndarray], config: GPTConfig, path: Path
         def data(src: np.ndarray = src, layout: str = layout, ttype: str = ttype, blocks: Any = blocks,
                  shape: Tuple[int, ...] = shape) -> np.ndarray:
             if blocks is not None:
-                return np.asarray(blocks, np.uint8).view(BLOCK_DTYPES_BY_TYPE[ttype]).reshape(
-                    shape[:-1] + (shape[-1] // 32,))
-            g = np.asarray(to_gguf_layout(np.asarray(src, dtype=np.float32), layout))
+                # a run of blocks a row: Llama's query and key rows permuted as whole runs
+                rows = np.asarray(blocks, np.uint8).reshape(shape[0] if len(shape) == 2 else 1, -1)
+                if layout != "transposed":  # the runs are the GGUF rows already
+                    rows = to_gguf_layout(rows, layout, **heads)
+                return np.ascontiguousarray(rows).view(
+                    BLOCK_DTYPES_BY_TYPE[ttype]).reshape(shape[:-1] + (shape[-1] // 32,))
+            g = np.asarray(to_gguf_layout(np.asarray(src, dtype=np.float32), layout, **heads))
             if ttype == "F32":
                 return np.ascontiguousarray(g)
             if ttype == "BF16":
