@@ -1,5 +1,6 @@
 """Quantized weights (q8_0, q4_0: ggml's blocks, float32 arithmetic) against gptcore bfloat16 /
-float32 and llama.cpp on the same GGUF files: GPT-2 small, random weights (issue #48's table).
+float32 and llama.cpp on the same GGUF files: GPT-2 small and SmolLM2-135M's shape, random
+weights (issue #48's table).
 
 Files: the random float32 weights written by gptcore's writer (``gguf_checkpoint.write_model``)
 as Q8_0 and Q4_0 GGUF files (llama.cpp's ``--pure`` choice of tensors: the matrices, the token
@@ -26,8 +27,14 @@ perplexity on the public-domain text fixture (tokenized with the tiny-bpe fixtur
 whose ids fit GPT-2's vocabulary) against float32's. The weights are random: the perplexity
 shows the size of each format's error, not the quality of a trained model quantized.
 
-Run:  python3 benches/bench_quantized.py     (after `pip install '.[bench]'`; llama.cpp needs
-      llama-cpp-python, built as benches/README.md says; without it its columns are skipped)
+SmolLM2-135M's shape (``--model smollm2-135m``: Llama family, 30 blocks of width 576,
+grouped-query attention, a tied head over 49,152 tokens) is written as a ``llama`` file (the
+query and key rows permuted as llama.cpp's converter does), random weights from
+``gptcore.init_weights(scheme="lesson")``.
+
+Run:  python3 benches/bench_quantized.py [--model gpt2,smollm2-135m]    (after
+      `pip install '.[bench]'`; llama.cpp needs llama-cpp-python, built as benches/README.md
+      says; without it its columns are skipped)
 """
 
 from __future__ import annotations
@@ -97,36 +104,51 @@ def decode_bytes(model) -> int:
     """Bytes a decode step reads: every packed matrix and the head as held (the tables are
     read a row a token) and the biases and LayerNorms."""
     held = model.weight_storage()
-    tables = sum(b for n, _, b in held if n in ("wte.weight", "wpe.weight"))
+    tables = sum(b for n, _, b in held if n in ("wte.weight", "wpe.weight", "model.embed_tokens.weight"))
     return model.nbytes - tables
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="gpt2", help="comma list: gpt2, smollm2-135m (default gpt2)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5, help="samples per implementation (default 5)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-llama", action="store_true", help="skip llama.cpp")
     add_machine_args(ap)
     args = ap.parse_args()
+    for name in [m.strip() for m in args.model.split(",") if m.strip()]:
+        bench(name, args)
+
+
+def model_weights(name: str, seed: int):
+    """(config, float32 weights, where they came from) of the bench's model ``name``."""
+    if name == "gpt2":
+        config = gpt2_config()
+        weights, source = random_weights(config, seed)
+        return config, weights, f"GPT-2 small, {source}"
+    config = gptcore.GPTConfig.preset(name)
+    weights = gptcore.init_weights(config, seed, "lesson", dtype="float32")
+    return config, weights, f"{name}'s shape, gptcore.init_weights(scheme='lesson', dtype='float32')"
+
+
+def bench(name, args):
     t0 = time.perf_counter()
     threads = args.threads
-    config = gpt2_config()
-    notes = []
-    weights, source = random_weights(config, args.seed)
-    notes.append(f"- weights: GPT-2 small, {source}")
+    config, weights, source = model_weights(name, args.seed)
+    notes = [f"- weights: {source}"]
     work = tempfile.TemporaryDirectory(prefix="gptcore-bench-quant-")
     files = {}
     meta = vocab_metadata(config.vocab_size)
     for wd in ("q8_0", "q4_0"):
         t = time.perf_counter()
-        files[wd] = gguf_checkpoint.write_model(weights, config, Path(work.name) / f"gpt2-random-{wd}.gguf", wd,
+        files[wd] = gguf_checkpoint.write_model(weights, config, Path(work.name) / f"{name}-random-{wd}.gguf", wd,
                                                 metadata=meta)
         notes.append(f"- {wd}: {files[wd].stat().st_size / 1e6:.1f} MB GGUF written by gptcore in "
                      f"{time.perf_counter() - t:.1f} s")
     set_threads(threads)
-    f32 = gptcore.Model(weights)
-    bf16 = gptcore.Model(weights, weight_dtype="bfloat16")
+    f32 = gptcore.Model(weights, config)
+    bf16 = gptcore.Model(weights, config, weight_dtype="bfloat16")
     models = {"float32": f32, "bfloat16": bf16}
     rng = np.random.default_rng(args.seed)
     ids = rng.integers(0, config.vocab_size - 1, size=(1, PROMPT), dtype=np.int64)
@@ -134,7 +156,7 @@ def main():
         t = time.perf_counter()
         m = gptcore.load(path)
         load_s = time.perf_counter() - t
-        deq = gptcore.Model(gptcore.round_weights(weights, wd))
+        deq = gptcore.Model(gptcore.round_weights(weights, wd), config)
         same = np.array_equal(m.forward(ids, logits="last"), deq.forward(ids, logits="last"))
         notes.append(f"- gptcore.load({wd} file): {load_s:.1f} s, weight_dtype {m.weight_dtype}; logits after the "
                      f"prompt {'equal, bit for bit,' if same else 'DIFFERENT from'} the float32 model of the "
@@ -165,7 +187,7 @@ def main():
                 raise SystemExit(f"llama.cpp reads the {wd} file differently (max |diff| {diff:.3g})")
             llamas[wd] = lm
 
-    print(f"# Quantized weights: GPT-2 small, random weights, {threads} threads\n")
+    print(f"# Quantized weights: {name}, random weights, {threads} threads\n")
     setup_machine(args, [threads])
     print(environment_report(notes))
     print(f"- {args.reps} samples each, alternating, median; x = the median of the per-round ratios\n")
@@ -226,8 +248,9 @@ def main():
     ppl = {}
     ids_p = None
     if tok_ids is not None:
-        windows = max(1, min(4, len(tok_ids) // config.n_ctx))
-        ids_p = np.asarray(tok_ids[: windows * config.n_ctx], np.int64).reshape(windows, -1)
+        width = min(config.n_ctx, 1024)
+        windows = max(1, min(4, len(tok_ids) // width))
+        ids_p = np.asarray(tok_ids[: windows * width], np.int64).reshape(windows, -1)
         for name, m in models.items():
             ppl[name] = m.perplexity(ids_p)
     for name, m in models.items():

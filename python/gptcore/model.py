@@ -792,8 +792,8 @@ def load(
     keeps it (the usual bfloat16 Llama folder computes in float32 from bfloat16 weights, at half
     the memory); ``weight_dtype="float32"`` widens them to float32.
 
-    A GGUF file (architecture ``gpt2``; F32, F16, BF16, Q8_0 and Q4_0 tensors) loads the same
-    way, with its configuration and tokenizer from its metadata (see
+    A GGUF file (architectures ``gpt2``, ``llama``, ``qwen2``; F32, F16, BF16, Q8_0 and Q4_0
+    tensors) loads the same way, with its configuration and tokenizer from its metadata (see
     ``gptcore.weights.gguf_checkpoint``). A file with Q8_0 / Q4_0 tensors computes with its
     blocks as they lie in the file (memory-mapped and packed one tensor at a time, no float32
     copy), every other tensor held as its float32 value: the model equals, bit for bit, the
