@@ -161,12 +161,13 @@ impl<T: Float> Model<T> {
     }
 
     /// Build with the weight matrices (the LM head included) and the embedding tables stored
-    /// as `format`; biases and LayerNorm parameters stay in `T`. A 16-bit model's large tensors
-    /// come from `fetch` as 16-bit patterns when it has them (one at a time, so no
-    /// full-precision copy of the model need exist), else from `weights`, rounded to the
-    /// format (round to nearest even). Either way the model computes exactly what the `T`
-    /// model with those weights rounded and widened back computes. Biases and norm
-    /// parameters stay in `T`.
+    /// as `format` (a block format keeps the position table in `T`); biases and norm
+    /// parameters stay in `T`. The large tensors come from `fetch` as the source stores them
+    /// when it has them ([`Fetched`]: 16-bit patterns, a block format's file blocks, float32
+    /// values, or "kept in `T`"; one at a time, so no full-precision copy of the model need
+    /// exist), else from `weights`, rounded or quantized to the format (round to nearest even;
+    /// ggml's reference quantizers). Either way the model computes exactly what the `T` model
+    /// with the values it stores (rounded, or quantized and dequantized) computes.
     pub fn with_format(
         cfg: Config,
         weights: &HashMap<String, Tensor<'_, T>>,
