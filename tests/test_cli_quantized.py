@@ -1,5 +1,5 @@
 """The command line with quantized weights: ``gptcore quantize``, ``--weight-dtype q8_0 /
-q4_0`` on generate, perplexity and score, a GGUF file's blocks used as stored, and ``gptcore
+q4_0`` on generate, perplexity, score and chat, a GGUF file's blocks used as stored, and ``gptcore
 info``'s table of the weights held. The same meaning as the API, bit for bit."""
 
 from __future__ import annotations
@@ -83,6 +83,21 @@ def test_text_commands_take_block_formats_and_gguf_blocks():
     assert f"{gptcore.load(FOLDER).score_text(text).nll:.6f}" != row[2]  # really q4_0
     rc, _, err = cli("generate", FOLDER, PROMPT, "--weight-dtype", "q4_0", "--dtype", "float64")
     assert rc == 2 and "--weight-dtype q4_0 needs --dtype float32" in err
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_chat_takes_block_formats(fmt):
+    folder = FIXTURES / "qwen2-tiny"
+    msgs = [{"role": "user", "content": "Hello! Who wrote it?"}]
+    want = gptcore.load(folder, weight_dtype=fmt).chat(msgs, 10, greedy=True)
+    rc, out, err = cli("chat", folder, "--message", msgs[0]["content"], "--greedy", "--max-new-tokens", "10",
+                       "--weight-dtype", fmt)
+    assert rc == 0, err
+    assert out == want + "\n"
+    if fmt == "q4_0":  # on this fixture q4_0's reply differs from float32's: the option is not ignored
+        assert want != gptcore.load(folder).chat(msgs, 10, greedy=True)
+    rc, _, err = cli("chat", folder, "--message", "Hi", "--weight-dtype", fmt, "--dtype", "float64")
+    assert rc == 2 and f"--weight-dtype {fmt} needs --dtype float32" in err
 
 
 def test_info_shows_the_weights_held():
