@@ -8,6 +8,8 @@ against an independent reference, the ``gguf`` package's ``gguf.quants.quantize`
 reference quantizers), byte for byte; GGUF files are read as blocks and written back the same.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -20,6 +22,7 @@ from gptcore.gguf.quants import dequantize, quantize
 
 ref = pytest.importorskip("gguf")
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 KERNELS = gptcore.available_kernels()
 FORMATS = ["q8_0", "q4_0"]
 TYPES = {"q8_0": ref.GGMLQuantizationType.Q8_0, "q4_0": ref.GGMLQuantizationType.Q4_0}
@@ -162,20 +165,31 @@ def _ids(config, b, t, seed):
 
 
 def _assert_same(m_q, m_ref, ids):
+    """m_q's forward pass on every kernel at 1 to 3 threads, its cached decode (on every kernel,
+    the thread count varying), each batch row alone and token_logprobs: m_ref's forward bits."""
+    before = gptcore.get_num_threads()
     gptcore.set_num_threads(2)
     want = m_ref.forward(ids)
-    for k in KERNELS:
-        for threads in (1, 2, 3):
-            gptcore.set_kernel(k)
-            gptcore.set_num_threads(threads)
-            assert np.array_equal(_bits(m_q.forward(ids)), _bits(want)), (k, threads)
-    gptcore.set_kernel(None)
     b, t = ids.shape
-    cache = m_q.new_cache(b)
-    m_q.step(cache, ids[:, :2])
-    for p in range(2, t):
-        step = m_q.step(cache, ids[:, p:p + 1])
-        assert np.array_equal(_bits(step), _bits(want[:, p])), p
+    try:
+        for k in KERNELS:
+            for threads in (1, 2, 3):
+                gptcore.set_kernel(k)
+                gptcore.set_num_threads(threads)
+                assert np.array_equal(_bits(m_q.forward(ids)), _bits(want)), (k, threads)
+        for i, k in enumerate(KERNELS):
+            gptcore.set_kernel(k)
+            gptcore.set_num_threads(1 + i % 3)
+            cache = m_q.new_cache(b)
+            m_q.step(cache, ids[:, :2])
+            for p in range(2, t):
+                step = m_q.step(cache, ids[:, p:p + 1])
+                assert np.array_equal(_bits(step), _bits(want[:, p])), (k, p)
+    finally:
+        gptcore.set_kernel(None)
+        gptcore.set_num_threads(before)
+    for row in range(b):
+        assert np.array_equal(_bits(m_q.forward(ids[row])), _bits(want[row])), row
     assert np.array_equal(m_q.token_logprobs(ids, chunk=3), m_ref.token_logprobs(ids, chunk=3))
 
 
@@ -198,6 +212,26 @@ def test_block_model_equals_dequantized_float32_model(fmt, layers, d, heads, d_f
         k = w[name].shape[0] if name.startswith("h.") else config.d_model
         assert held == (fmt if k % 32 == 0 and name != "wpe.weight" else "float32"), (name, held)
         assert nbytes > 0
+
+
+LLAMA_FOLDERS = ["llama-tiny", "qwen2-tiny", "smollm2-tiny", "mistral-tiny"]
+
+
+@pytest.mark.parametrize("folder", LLAMA_FOLDERS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_llama_family_block_model_equals_dequantized_float32_model(folder, fmt):
+    """The Llama family (RMSNorm, rotary positions, grouped K/V heads, the stacked Q/K/V
+    product, SwiGLU): the same promise. smollm2-tiny's width 36 is no multiple of 32, so its
+    matrices that reduce over it stay float32 and only the down projection (K = 96) is held in
+    blocks: a model of both kinds."""
+    w, config = gptcore.load_safetensors(FIXTURES / folder)
+    q = gptcore.Model(w, config, weight_dtype=fmt)
+    r = gptcore.Model(gptcore.round_weights(w, fmt), config)
+    held = {name: f for name, f, _ in q.weight_storage()}
+    assert fmt in held.values(), held
+    assert all(f == (fmt if (w[name].shape[-1] % 32 == 0) else "float32") for name, f in held.items()
+               if name in w and w[name].ndim == 2), held
+    _assert_same(q, r, _ids(config, 2, 11, 5))
 
 
 @pytest.mark.parametrize("fmt, ratio", [("q8_0", 0.29), ("q4_0", 0.16)])
@@ -346,9 +380,6 @@ def test_block_dtypes_of_the_gguf_format_module():
 
 
 # ---------------------------------------------------------------------------------- fixtures
-
-FIXTURES = __import__("pathlib").Path(__file__).resolve().parent / "fixtures"
-
 
 def test_the_fixture_files_are_what_their_script_writes(tmp_path):
     """tests/fixtures/gguf/*.gguf come from make_gguf_fixtures.py (the gguf package's writer
