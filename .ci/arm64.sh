@@ -12,7 +12,7 @@
 #   5. deps      numpy, pytest, ... as aarch64 wheels in a venv inside it (the host's pip
 #                downloads them; cached while the list is unchanged)
 #   6. pytest    the wheel installed there, pytest run in a chroot through qemu-aarch64-static
-#                registered with binfmt_misc: kernels, model, generation, 16-bit weights,
+#                registered with binfmt_misc: kernels, model, generation, 16-bit and quantized weights,
 #                the Llama family (tests/test_llama_model.py) and the cross-architecture
 #                digests (tests/test_digests.py, tests/test_llama_digests.py), for every kernel
 #                the aarch64 build offers
@@ -48,6 +48,8 @@ VENV=/opt/gptcore-venv # inside the root filesystem
 # emulation; its cross-architecture bits are checked by test_digests.py (9 positions).
 DEFAULT_TESTS=(tests/test_matmul.py tests/test_model.py tests/test_generate.py tests/test_digests.py
   tests/test_weight_formats.py tests/test_llama_model.py tests/test_llama_digests.py
+  tests/test_quantized.py::test_fixture_files_compute_with_their_blocks
+  tests/test_quantized.py::test_block_packed_matmul_equals_reference_on_dequantized_values
   --deselect tests/test_model.py::test_fixture_gpt2_small_size)
 (($#)) || set -- "${DEFAULT_TESTS[@]}"
 

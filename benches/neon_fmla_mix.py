@@ -11,8 +11,11 @@ step. The script fails (exit status 1) when a tile loop loads or stores relative
 pointer (a spill: the block no longer fits the registers) or spends more than
 `--max-overhead` (4) instructions a depth step on overhead (a block that lost its unrolling or
 its addressing). `.ci/arm64.sh` runs it on every build, so CI fails when the kernels stop
-meeting it. The wide and stream kernels, and the tile and wide kernels against bfloat16 and
-float16 B (each B vector widened by one more instruction), are listed too, for information.
+meeting it. The wide and stream kernels, the tile and wide kernels against bfloat16 and
+float16 B (each B vector widened by one more instruction), and the tile kernels against the
+block formats q8_0 and q4_0 (`neon::blocks`: each 8-column group of a step widened from
+bytes by about eight instructions, the block's scales loaded once a block of 32 steps) are
+listed too, for information.
 
 Why not a share of `fmla` among all instructions (70 % was the first target): the share is set
 by the block's shape before any overhead. A block of R rows issues R `fmla` per B vector and
@@ -52,7 +55,7 @@ import sys
 
 TILE = ("kernel_f32", "kernel_f64", "tile_f32", "tile_f64")
 OTHER = ("wide_f32", "wide_f64", "stream_f32", "stream_f64",
-         "tile_bf16", "tile_f16", "wide_bf16", "wide_f16")
+         "tile_bf16", "tile_f16", "wide_bf16", "wide_f16", "tile_q8_0", "tile_q4_0")
 LINE = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
 FUNC = re.compile(r"^[0-9a-f]+ <(.+)>:$")
 BRANCH = re.compile(r"^(b|b\.\w+|cbn?z|tbn?z)$")

@@ -354,7 +354,8 @@ def _use(model: "gptcore.Model") -> None:
 
 def check_bytes(data: bytes, work: Workdir) -> int:
     """Read ``data`` as a GGUF file: every tensor through ``GGUFReader`` (views, float32
-    copies), ``describe``, and ``gptcore.load`` three ways (float32, bfloat16 weights, dequantized).
+    copies), ``describe``, and ``gptcore.load`` five ways (as stored: float32, or the file's
+    Q8_0 / Q4_0 blocks; bfloat16 weights; dequantized float32; quantized to q8_0 and to q4_0).
     Returns how many loads gave a working model; raises whatever is not in :data:`ALLOWED`."""
     work.file.write_bytes(data)
     try:
@@ -376,7 +377,8 @@ def check_bytes(data: bytes, work: Workdir) -> int:
                     pass
     describe(work.file)
     ok = 0
-    for kw in ({}, {"weight_dtype": "bfloat16"}, {"weight_dtype": "float32"}):
+    for kw in ({}, {"weight_dtype": "bfloat16"}, {"weight_dtype": "float32"}, {"weight_dtype": "q8_0"},
+               {"weight_dtype": "q4_0"}):
         try:
             _use(gptcore.load(work.file, **kw))
             ok += 1

@@ -129,7 +129,9 @@ def test_one_module_per_command_and_the_docstring_names_every_command():
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     commands = list(sub.choices)
-    assert commands == ["info", "demo", "bench", "generate", "chat", "perplexity", "score", "serve"]
+    assert commands == [
+        "info", "demo", "bench", "generate", "chat", "perplexity", "score", "quantize", "serve",
+    ]
     summary = cli.__doc__.split("\n\n")[0]
     for name in commands:
         module = importlib.import_module(f"gptcore.cli.{name}")

@@ -36,11 +36,10 @@ def _cleanup_workdir():
 
 
 def test_seeds_load():
-    """The seeds are valid files: each loads all three ways, except that Q8_0/Q4_0 files load
-    only dequantized (weight_dtype='float32')."""
+    """The seeds are valid files: each loads all five ways (Q8_0 / Q4_0 files computing with
+    their blocks by default)."""
     for name, data in SEEDS.items():
-        want = 1 if name.endswith(("q8_0", "q4_0")) else 3
-        assert gt.check_bytes(data, _work()) == want, name
+        assert gt.check_bytes(data, _work()) == 5, name
 
 
 def test_the_header_walker_finds_every_field():

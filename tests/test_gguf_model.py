@@ -175,14 +175,19 @@ def test_quantized_files_hold_the_reference_blocks(tmp_path, tiny, weights, wd, 
         assert np.asarray(g[name].data).tobytes() == ref.quants.quantize(np.ascontiguousarray(src), t).tobytes(), name
     assert g["position_embd.weight"].tensor_type == ref.GGMLQuantizationType.F32
     assert g["blk.0.attn_norm.weight"].tensor_type == ref.GGMLQuantizationType.F32
-    with pytest.raises(ValueError, match=f"holds {wd.upper()} tensors .* cannot compute with {wd.upper()} weights yet"):
-        gptcore.load(p)
-    with pytest.raises(ValueError, match="cannot compute"):
-        gptcore.load(p, weight_dtype="bfloat16")
     deq = gptcore.load(p, weight_dtype="float32")
     want = gptcore.Model(gptcore.round_weights(weights, wd), tiny.config)
     assert np.array_equal(deq.forward(IDS), want.forward(IDS))
     assert not np.array_equal(deq.forward(IDS), tiny.forward(IDS))
+    # the file computes with its blocks: the same bits as its dequantized float32 model
+    blocks = gptcore.load(p)
+    assert blocks.weight_dtype == wd and blocks.nbytes * 3 < deq.nbytes
+    assert np.array_equal(blocks.forward(IDS), want.forward(IDS))
+    assert np.array_equal(blocks.forward(IDS), gptcore.Model(weights, tiny.config, weight_dtype=wd).forward(IDS))
+    # another 16-bit format rounds the file's values
+    half = gptcore.load(p, weight_dtype="bfloat16")
+    assert np.array_equal(half.forward(IDS), gptcore.Model(gptcore.round_weights(weights, wd), tiny.config,
+                                                           weight_dtype="bfloat16").forward(IDS))
 
 
 def test_saving_refuses_what_gguf_cannot_hold(tmp_path, weights, tiny):
@@ -227,7 +232,8 @@ def _rewrite(src: Path, dst: Path, meta_change=None, drop=(), tensors_extra=()):
 
 
 @pytest.mark.parametrize("change, words", [
-    (dict(meta_change={"general.architecture": Value(ValueType.STRING, "llama")}), "holds a 'llama' model; gptcore reads 'llama' GGUF files once"),
+    (dict(meta_change={"general.architecture": Value(ValueType.STRING, "llama")}), "has no 'llama.attention.head_count'"),
+    (dict(meta_change={"general.architecture": Value(ValueType.STRING, "falcon")}), "holds a 'falcon' model; gptcore reads 'gpt2', 'llama', 'qwen2'"),
     (dict(meta_change={"general.architecture": Value(ValueType.STRING, "bert")}), "holds a 'bert' model"),
     (dict(meta_change={"general.architecture": None}), "has no 'general.architecture'"),
     (dict(meta_change={"gpt2.block_count": None}), "has no 'gpt2.block_count'"),
@@ -287,7 +293,14 @@ def test_load_arguments(tmp_path, tiny):
     with pytest.raises(ValueError, match="n_heads=2 disagrees"):
         gptcore.load(p, n_heads=2)
     with pytest.raises(ValueError, match="weight_dtype for a GGUF file"):
-        gptcore.load(p, weight_dtype="q8_0")
+        gptcore.load(p, weight_dtype="q5_0")
+    # an F32 file quantized on loading: the model of its values with q8_0 weights
+    q = gptcore.load(p, weight_dtype="q8_0")
+    assert q.weight_dtype == "q8_0"
+    assert np.array_equal(q.forward(IDS), gptcore.Model(tiny._native.export(), tiny.config,
+                                                        weight_dtype="q8_0").forward(IDS))
+    with pytest.raises(ValueError, match="needs dtype='float32'"):
+        gptcore.load(p, dtype="float64", weight_dtype="q4_0")
     with pytest.raises(ValueError, match="needs dtype='float32'"):
         gptcore.load(p, dtype="float64", weight_dtype="bfloat16")
     m64 = gptcore.load(p, dtype="float64")
@@ -318,7 +331,7 @@ def test_cli_info_shows_a_gguf_files_tensors(tmp_path, tiny, capsys):
     assert main(["info", str(llama)]) == 1
     captured = capsys.readouterr()
     assert "blk.0.attn_qkv.weight" in captured.out  # the description comes before the error
-    assert "holds a 'llama' model" in captured.err
+    assert "has no 'llama.attention.head_count'" in captured.err
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x07\x00\x00\x00" + b"\x00" * 16)
     assert main(["info", str(bad)]) == 1
@@ -341,5 +354,8 @@ def test_load_and_save_pick_gguf_by_name_or_magic(tmp_path, tiny, weights):
     tiny.save(tmp_path / "bf16", "bfloat16")
     assert np.array_equal(gptcore.load(tmp_path / "bf16", weight_dtype="bfloat16").forward(IDS),
                           gptcore.Model(weights, tiny.config, weight_dtype="bfloat16").forward(IDS))
-    with pytest.raises(ValueError, match="weight_dtype must be 'bfloat16' or 'float16', got 'q8_0'"):
+    with pytest.raises(ValueError, match="q8_0 weights have no safetensors dtype; save them in a GGUF file"):
         tiny.save(tmp_path / "q8", "q8_0")
+    with pytest.raises(ValueError, match="no safetensors dtype"):
+        gptcore.Model(weights, tiny.config, weight_dtype="q4_0").save(tmp_path / "q4")
+    assert not (tmp_path / "q8").exists() and not (tmp_path / "q4").exists()

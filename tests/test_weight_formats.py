@@ -476,7 +476,8 @@ def test_storage_formats_are_one_module_and_nothing_is_named_half():
 
     assert gptcore.round_weights is formats.round_weights
     assert gptcore.to_half_bits is formats.to_half_bits and gptcore.from_half_bits is formats.from_half_bits
-    assert formats.WEIGHT_DTYPES == tuple(FORMATS)
+    assert formats.HALF_DTYPES == tuple(FORMATS) == tuple(formats.FORMATS)[1:]
+    assert formats.WEIGHT_DTYPES == formats.HALF_DTYPES + formats.BLOCK_DTYPES == tuple(FORMATS) + ("q8_0", "q4_0")
     assert all(formats.FORMATS[f].bits == 16 for f in FORMATS)
     # the kinds kept float32 are the schema's bias and LayerNorm kinds, and only those
     config = gptcore.GPTConfig(vocab_size=11, n_ctx=8, d_model=8, n_heads=2, n_layers=1)

@@ -24,8 +24,10 @@ __all__ = [
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # PackedMatrix.dtype is a name; numpy builds ``dtype.name`` anew at every call (~2 us).
 _BY_NAME = {d.name: d for d in _FLOATS}
-# A 16-bit PackedMatrix (bfloat16 / float16 storage) multiplies float32 left sides.
-_BY_NAME.update({"bfloat16": np.dtype(np.float32), "float16": np.dtype(np.float32)})
+# A PackedMatrix stored in a format below float32 (bfloat16 / float16 / q8_0 / q4_0)
+# multiplies float32 left sides.
+_STORED = ("bfloat16", "float16", "q8_0", "q4_0")
+_BY_NAME.update({name: np.dtype(np.float32) for name in _STORED})
 
 
 def _check_operand(name: str, x: object) -> np.ndarray:
@@ -46,7 +48,9 @@ def matmul(a: np.ndarray, b: Union[np.ndarray, PackedMatrix], *, kernel: Optiona
     the block sizes or the thread count. ``a`` may have any strides (transposed views
     included); ``b`` may be a ``PackedMatrix`` packed once and reused. A 16-bit
     ``PackedMatrix(b, dtype="bfloat16" | "float16")`` takes a float32 ``a`` and gives float32,
-    bit-identical to ``matmul_reference`` on ``round_weights(b, dtype)``.
+    bit-identical to ``matmul_reference`` on ``round_weights(b, dtype)``; a block-format
+    ``PackedMatrix(b, dtype="q8_0" | "q4_0")`` (blocks of 32 along K, down each column of
+    ``b``) the same on ``round_weights(b.T, dtype).T``.
 
     Examples:
         >>> import numpy as np, gptcore
@@ -59,7 +63,7 @@ def matmul(a: np.ndarray, b: Union[np.ndarray, PackedMatrix], *, kernel: Optiona
     if isinstance(b, PackedMatrix):
         if a.dtype != _BY_NAME[b.dtype]:
             raise TypeError(f"matmul: a has dtype {a.dtype} but the PackedMatrix b holds {b.dtype}"
-                            + (" (16-bit matrices take a float32 a)" if b.dtype in ("bfloat16", "float16") else ""))
+                            + (f" ({b.dtype} matrices take a float32 a)" if b.dtype in _STORED else ""))
         if a.shape[1] != b.shape[0]:
             raise ValueError(f"matmul: shapes {a.shape} and {b.shape} are not aligned (a.shape[1] != b.shape[0])")
     else:

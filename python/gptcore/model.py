@@ -6,7 +6,7 @@ import math
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -24,8 +24,10 @@ from .chat import chat, stream_chat
 from .text import generate_text, score_text, stream_text
 from .tokenizer import Tokenizer, missing_tokenizer_message
 from .weights import gguf_checkpoint, infer_config, load_safetensors, save_safetensors, validate
+from .gguf.format import BLOCK_DTYPES as BLOCK_DTYPES_BY_TYPE
+from .gguf.policy import model_storage_type
 from .weights.checkpoint import inspect_checkpoint, open_lazy
-from .weights.formats import FORMATS, first_nonfinite, from_half_bits, weight_dtype_name
+from .weights.formats import BLOCK_DTYPES, FORMATS, first_nonfinite, from_half_bits, weight_dtype_name
 from .weights.schema import _tensor_kinds
 
 __all__ = ["Model", "forward", "load", "softmax"]
@@ -38,16 +40,43 @@ def _dtype_name(dtype: Any, fn: str = "Model") -> str:
 
 
 def _weight_dtype(weight_dtype: Any, dtype_name: str) -> Optional[str]:
-    """None, or "bfloat16" / "float16" (which needs dtype float32). ``"float32"`` is None:
-    the weights in the compute dtype."""
+    """None, or "bfloat16" / "float16" / "q8_0" / "q4_0" (which need dtype float32).
+    ``"float32"`` is None: the weights in the compute dtype."""
     if weight_dtype is None or (isinstance(weight_dtype, str) and weight_dtype == "float32"):
         return None
     wd = weight_dtype_name("weight_dtype", weight_dtype)
     if dtype_name != "float32":
+        what = "16-bit" if wd not in BLOCK_DTYPES else wd
         raise ValueError(
-            f"weight_dtype={wd!r} needs dtype='float32' (16-bit weights, float32 arithmetic), got dtype={dtype_name!r}"
+            f"weight_dtype={wd!r} needs dtype='float32' ({what} weights, float32 arithmetic), got dtype={dtype_name!r}"
         )
     return wd
+
+
+def _check_quantizable(weights: Mapping[str, np.ndarray], fetch: Any, weight_dtype: str) -> None:
+    """``ValueError`` naming the tensor and the index of the first value that is not finite in
+    a tensor ``fetch`` quantizes (a block has no NaN or infinite weights)."""
+    for name, a in weights.items():
+        if a.ndim == 2 and fetch(name) is None:
+            at = first_nonfinite(a, "F32")
+            if at is not None:
+                raise ValueError(f"Model: weights[{name!r}] holds {float(a[at])} at index {list(at)}; "
+                                 f"{weight_dtype} blocks hold finite values only")
+
+
+def _block_policy(weights: Mapping[str, np.ndarray], weight_dtype: str, family: str) -> Any:
+    """The ``fetch`` of a model whose weights ``weight_dtype`` (a block format) stores as
+    llama.cpp does (``gptcore.gguf.policy``): None (quantize) for a tensor it stores, else
+    ``("float32", None)`` (kept as it is)."""
+    code = weight_dtype.upper()
+
+    def fetch(name: str) -> Any:
+        a = weights.get(name)
+        if a is not None and model_storage_type(name, a.shape, weight_dtype, family) == code:
+            return None
+        return ("float32", None)
+
+    return fetch
 
 
 def _check_ids(ids: Any, config: GPTConfig, what: str = "ids") -> Tuple[np.ndarray, bool]:
@@ -106,7 +135,11 @@ class Model:
     matrices, the LM head and the embedding tables 16-bit (biases and norm parameters stay
     float32) and computes in float32: the model's outputs equal, bit for bit, those of the
     float32 model built from ``gptcore.round_weights(weights, weight_dtype)`` (see the
-    "16-bit weights" page). ``weight_dtype="float32"`` (or None) keeps them in ``dtype``.
+    "16-bit weights" page). ``weight_dtype="q8_0"`` or ``"q4_0"`` stores them in ggml's blocks
+    (quantized with llama.cpp's reference rounding, which tensors as llama.cpp chooses: see
+    ``gptcore.gguf.policy``), with the same promise against ``round_weights(weights,
+    weight_dtype)`` (see the "Quantized weights and GGUF files" page). ``weight_dtype="float32"``
+    (or None) keeps them in ``dtype``.
     """
 
     def __init__(
@@ -148,7 +181,11 @@ class Model:
         self._tokenizer_missing: Optional[str] = None  # why there is none (for the error)
         self._eos_ids: Optional[Tuple[int, ...]] = None  # the folder's, set by load
         self._weight_dtype = wd
-        self._native = _native.NativeModel(native_weights, config, name, wd)
+        fetch = None
+        if wd in BLOCK_DTYPES:
+            fetch = _block_policy(native_weights, wd, config.family)
+            _check_quantizable(native_weights, fetch, wd)
+        self._native = _native.NativeModel(native_weights, config, name, wd, fetch)
 
     @classmethod
     def _from_checkpoint_lazily(cls, path: Any, weight_dtype: str, n_heads: Optional[int],
@@ -162,7 +199,8 @@ class Model:
     def _from_parts(cls, small: Mapping[str, np.ndarray], config: GPTConfig, weight_dtype: str,
                     fetch: Any) -> "Model":
         """A ``weight_dtype`` model from its float32 biases and LayerNorm parameters ``small`` and
-        ``fetch(name)``, which returns one weight matrix or embedding as its uint16 patterns."""
+        ``fetch(name)``, which returns one weight matrix or embedding as its source stores it
+        (uint16 patterns, file blocks, float32 values: see ``_native.NativeModel``)."""
         m = cls.__new__(cls)
         m._config = config
         m._dtype = "float32"
@@ -177,9 +215,18 @@ class Model:
     @property
     def weight_dtype(self) -> Optional[str]:
         """How the weight matrices and embedding tables are stored: ``"bfloat16"``,
-        ``"float16"``, or None (in ``dtype``). Biases and LayerNorm parameters are always in
-        ``dtype``."""
+        ``"float16"``, ``"q8_0"``, ``"q4_0"``, or None (in ``dtype``). Biases and LayerNorm
+        parameters are always in ``dtype`` (and so are the tensors a block format keeps in
+        float32; ``weight_storage`` lists each tensor's)."""
         return self._weight_dtype
+
+    def weight_storage(self) -> List[Tuple[str, str, int]]:
+        """Each weight matrix and embedding table as the model holds it: ``(name, format,
+        bytes)``, the format ``"float32"`` / ``"float64"`` for ``dtype`` itself. The packed LM
+        head is ``lm_head.weight``, also when it is the token embedding's transpose (then
+        packed of its own). The bytes add up to ``nbytes`` less the biases and LayerNorm
+        parameters."""
+        return [(n, f, int(b)) for n, f, b in self._native.stored_tensors()]
 
     @property
     def config(self) -> GPTConfig:
@@ -713,7 +760,10 @@ class Model:
         safetensors checkpoint ``"float32"``, ``"bfloat16"`` or ``"float16"`` (rounded to nearest
         even); for a GGUF file also ``"q8_0"`` and ``"q4_0"`` (llama.cpp's reference
         quantizers; which tensors, see ``gptcore.gguf.policy``). By default it is the model's
-        own format; a float64 model must name one for a GGUF file (F32 would round it).
+        own format; a float64 model must name one for a GGUF file (F32 would round it). A model
+        with ``q8_0`` / ``q4_0`` weights is written in its own format as it holds each tensor:
+        its blocks byte for byte (as a GGUF file gave them, or as they were quantized), the
+        rest F32; it has no safetensors form (``weight_dtype="float32"`` writes its values).
         """
         if isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(".gguf"):
             wd = weight_dtype if weight_dtype is not None else self._weight_dtype
@@ -722,7 +772,10 @@ class Model:
                     raise ValueError("save: a float64 model's weights do not fit GGUF's F32 exactly; pass "
                                      "weight_dtype='float32' (rounding them to nearest) or another format")
                 wd = "float32"
-            gguf_checkpoint.write_model(self._native.export(), self._config, path, wd, self._tokenizer)
+            held = None
+            if self._weight_dtype in BLOCK_DTYPES and wd == self._weight_dtype:
+                held = self._held_tensors()
+            gguf_checkpoint.write_model(self._native.export(), self._config, path, wd, self._tokenizer, held=held)
             return
         # In a 16-bit format, the stored values exactly: widened on export, rounded back.
         if weight_dtype is None:
@@ -730,6 +783,16 @@ class Model:
         else:
             wd = None if weight_dtype == "float32" else weight_dtype_name("save: weight_dtype", weight_dtype)
         save_safetensors(self._native.export(), self._config, path, weight_dtype=wd)
+
+    def _held_tensors(self) -> Dict[str, Any]:
+        """Each large tensor of a block-format model as it is held: ``(GGUF type, blocks)`` for
+        the tensors in a block format (the file blocks, a ``uint8`` array), ``("F32", None)``
+        for the others."""
+        held: Dict[str, Any] = {}
+        for name, fmt, _ in self._native.stored_tensors():
+            got = self._native.stored_blocks(name) if fmt in BLOCK_DTYPES else None
+            held[name] = (fmt.upper(), got[1]) if got is not None else ("F32", None)
+        return held
 
 
 def forward(ids: Any, weights: Union[Model, Mapping[str, np.ndarray]], config: Optional[GPTConfig] = None, **options: Any):
@@ -786,16 +849,18 @@ def load(
     ``weight_dtype`` (``"bfloat16"`` or ``"float16"``) stores the weight matrices and
     embedding tables 16-bit: the tensors are read one at a time and packed (BF16/F16 tensors of
     that format bit for bit, others rounded to nearest even), so no float32 copy of the model
-    is made. By default (``None``, with ``dtype="float32"``) a checkpoint whose weight
-    matrices and embedding tables are all stored in one 16-bit format keeps it (the usual
-    bfloat16 Llama folder computes in float32 from bfloat16 weights, at half the memory);
-    ``weight_dtype="float32"`` widens them to float32.
+    is made; ``"q8_0"`` / ``"q4_0"`` quantize them, one at a time, to ggml's blocks (which
+    tensors: ``gptcore.gguf.policy``). By default (``None``, with ``dtype="float32"``) a
+    checkpoint whose weight matrices and embedding tables are all stored in one 16-bit format
+    keeps it (the usual bfloat16 Llama folder computes in float32 from bfloat16 weights, at half
+    the memory); ``weight_dtype="float32"`` widens them to float32.
 
-    A GGUF file (architecture ``gpt2``; F32, F16, BF16 tensors) loads the same way, with its
-    configuration and tokenizer from its metadata (see ``gptcore.weights.gguf_checkpoint``). A
-    file with Q8_0 / Q4_0 tensors raises a ``ValueError`` until the core computes with those
-    formats, unless ``weight_dtype="float32"`` asks for the float32 model of their dequantized
-    values (``round_weights(w, "q8_0")`` of the original weights).
+    A GGUF file (architectures ``gpt2``, ``llama``, ``qwen2``; F32, F16, BF16, Q8_0 and Q4_0
+    tensors) loads the same way, with its configuration and tokenizer from its metadata (see
+    ``gptcore.weights.gguf_checkpoint``). A file with Q8_0 / Q4_0 tensors computes with its
+    blocks as they lie in the file (memory-mapped and packed one tensor at a time, no float32
+    copy), every other tensor held as its float32 value: the model equals, bit for bit, the
+    float32 model of the file's dequantized values (``weight_dtype="float32"``).
     """
     name = _dtype_name(dtype, "load")
     if not isinstance(allow_nonfinite, bool):
@@ -858,8 +923,8 @@ def _load_gguf(path: Any, dtype: str, n_heads: Optional[int], tokenizer: Any, we
             try:
                 wd = weight_dtype_name("weight_dtype", wd)
             except (TypeError, ValueError):
-                raise ValueError(f"load: weight_dtype for a GGUF file must be None, 'float32', 'bfloat16' or "
-                                 f"'float16', got {weight_dtype!r}") from None
+                raise ValueError(f"load: weight_dtype for a GGUF file must be None, 'float32', 'bfloat16', "
+                                 f"'float16', 'q8_0' or 'q4_0', got {weight_dtype!r}") from None
         if dtype != "float32":
             raise ValueError(f"load: weight_dtype={wd!r} needs dtype='float32', got dtype={dtype!r}")
     with gguf_checkpoint.open_model(path, n_heads=n_heads, weight_dtype=wd) as parts:
@@ -899,17 +964,34 @@ def _check_finite(weights: Mapping[str, np.ndarray], path: Any) -> None:
 
 
 def _finite_fetch(fetch: Any, weight_dtype: str, path: Any) -> Any:
-    """``fetch`` whose 16-bit patterns are checked as they are read."""
-    code = FORMATS[weight_dtype].safetensors
+    """``fetch`` whose 16-bit patterns, float32 values or blocks' scales are checked as they
+    are read."""
 
-    def checked(name: str) -> Optional[np.ndarray]:
-        bits = fetch(name)
-        if bits is not None:
-            at = first_nonfinite(bits, code)
+    def checked(name: str) -> Any:
+        got = fetch(name)
+        arr = got[1] if isinstance(got, tuple) else got
+        if arr is None:
+            return got
+        fmt = got[0] if isinstance(got, tuple) else weight_dtype
+        if arr.dtype == np.uint16:
+            at = first_nonfinite(arr, FORMATS[fmt].safetensors)
             if at is not None:
-                value = float(from_half_bits(np.array([bits[at]], dtype=np.uint16), weight_dtype)[0])
+                value = float(from_half_bits(np.array([arr[at]], dtype=np.uint16), fmt)[0])
                 raise _nonfinite_error(name, path, at, value)
-        return bits
+        elif arr.dtype == np.float32:
+            at = first_nonfinite(arr, "F32")
+            if at is not None:
+                raise _nonfinite_error(name, path, at, float(arr[at]))
+        elif arr.dtype == np.uint8 and fmt in BLOCK_DTYPES:
+            blocks = arr.view(BLOCK_DTYPES_BY_TYPE[fmt.upper()])
+            bad = ~np.isfinite(blocks["d"])
+            if bad.any():
+                row, b = (int(i) for i in np.argwhere(bad)[0])
+                raise ValueError(
+                    f"load: tensor {name!r} in {str(path)!r} has a block whose scale is {float(blocks['d'][row, b])} "
+                    f"(block {b} of row {row}): its weights are NaN or infinite (pass allow_nonfinite=True to load "
+                    "it anyway, to debug it)")
+        return got
 
     return checked
 

@@ -1,5 +1,5 @@
 """The ``gptcore`` command: ``info``, ``demo``, ``bench``, ``generate``, ``chat``,
-``perplexity``, ``score`` and ``serve``.
+``perplexity``, ``score``, ``quantize`` and ``serve``.
 
 ``gptcore info MODEL`` prints the accounting of a preset, a model folder or a safetensors file
 (parameters by component, FLOPs per token, the attention share, the logits memory, the
@@ -7,11 +7,13 @@ Chinchilla budget); ``gptcore demo`` runs Lesson 14's toy model and prints the l
 numbers; ``gptcore bench`` times a GPT-2-sized matrix product against numpy;
 ``gptcore generate`` continues a prompt, ``gptcore chat`` talks with a chat model through its
 chat template and ``gptcore perplexity`` scores text files, with a model folder's tokenizer;
-``gptcore score`` scores documents (token ids or text) in this
-process or on a Dask cluster; ``gptcore serve`` serves a model through the OpenAI API.
+``gptcore score`` scores documents (token ids or text) in this process or on a Dask cluster;
+``gptcore quantize`` writes a model as a GGUF file with q8_0 / q4_0 (or 16-bit) weights;
+``gptcore serve`` serves a model through the OpenAI API.
 
 One module per command (``gptcore.cli.info``, ``.demo``, ``.bench``, ``.generate``,
-``.chat``, ``.perplexity``, ``.score``, ``.serve``), each with ``add_parser(subparsers)`` and ``run(args) -> int``;
+``.chat``, ``.perplexity``, ``.score``, ``.quantize``, ``.serve``), each with
+``add_parser(subparsers)`` and ``run(args) -> int``;
 what they share (argument types, the thread and model options, the loader, the exit-status
 contract) is in ``gptcore.cli._common``.
 
@@ -32,13 +34,13 @@ import sys
 from typing import Optional, Sequence
 
 from .. import __version__, _env
-from . import bench, chat, demo, generate, info, perplexity, score, serve
+from . import bench, chat, demo, generate, info, perplexity, quantize, score, serve
 from ._common import Fail
 
 __all__ = ["main"]
 
 #: The commands in the order ``gptcore --help`` lists them.
-COMMANDS = (info, demo, bench, generate, chat, perplexity, score, serve)
+COMMANDS = (info, demo, bench, generate, chat, perplexity, score, quantize, serve)
 
 
 def build_parser() -> argparse.ArgumentParser:

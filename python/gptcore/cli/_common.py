@@ -97,7 +97,8 @@ def add_model_options(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--threads", type=positive, default=None, help="threads (default: all cores)")
     cmd.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="default float32")
     cmd.add_argument("--weight-dtype", choices=list(WEIGHT_DTYPES), default=None,
-                     help="store the weight matrices 16-bit (computing in float32; needs --dtype float32)")
+                     help="store the weight matrices 16-bit or in ggml's q8_0 / q4_0 blocks (computing in float32; "
+                          "needs --dtype float32; a GGUF file's blocks are used as stored by default)")
 
 
 def apply_threads(args: argparse.Namespace) -> None:
@@ -128,7 +129,7 @@ def load_text_model(path: str, tokenizer: Optional[str], dtype: str, weight_dtyp
     """``gptcore.load`` for the text commands, with every failure as a ``Fail``: status 2 for
     options that do not go together, 1 for a model or tokenizer that cannot be used."""
     if weight_dtype is not None and dtype != "float32":
-        raise Fail(f"--weight-dtype {weight_dtype} needs --dtype float32 (16-bit weights, float32 arithmetic)", 2)
+        raise Fail(f"--weight-dtype {weight_dtype} needs --dtype float32 ({weight_dtype} weights, float32 arithmetic)", 2)
     local = resolve_model(path)
     if tokenizer is not None and not Path(tokenizer).is_dir():
         raise Fail(f"no such tokenizer folder: {tokenizer!r}")

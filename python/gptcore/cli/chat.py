@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.message is not None and args.message.strip() == "":
         raise Fail("the message is empty", 2)
     apply_threads(args)
-    model = load_text_model(args.model, args.tokenizer, args.dtype)
+    model = load_text_model(args.model, args.tokenizer, args.dtype, args.weight_dtype)
     if model.tokenizer.chat_template is None:
         raise Fail(f"{args.model!r} has no chat template (tokenizer_config.json's chat_template, or "
                    "chat_template.jinja); use gptcore generate for plain text")

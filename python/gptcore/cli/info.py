@@ -2,7 +2,9 @@
 GGUF file (parameters by component, FLOPs per token, the attention share, the logits memory,
 the Chinchilla budget); for a GGUF file also its metadata and each tensor's type, shape and
 bytes. A folder or safetensors file is described from its ``config.json`` and the headers
-alone: no weight is read."""
+alone: no weight is read. Each large tensor as the loaded model holds it (its storage format
+and the bytes held) is listed for a GGUF file, and for any model with ``--storage`` or
+``--weight-dtype`` (which loads it, in that format)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,12 @@ from typing import List, Tuple
 from ..accounting import chinchilla, flops_per_token, logits_memory, param_count
 from ..config import LLAMA_PRESETS, PRESETS, GPTConfig
 from ..hub import resolve as resolve_hub
+from ..model import load
 from ..lessons import lesson14_counting
 from ..tokenizer import Tokenizer
 from ..weights import gguf_checkpoint
 from ..weights.checkpoint import inspect_checkpoint
+from ..weights.formats import WEIGHT_DTYPES
 from ._common import Fail, file_error, fmt_int, fmt_size, positive, table
 
 __all__ = ["add_parser", "run"]
@@ -35,6 +39,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     info.add_argument("--lesson-counting", action="store_true",
                       help="count as Lesson 14 does: FFN biases and LayerNorm affines, no attention biases")
     info.add_argument("--no-blocks", action="store_true", help="leave the blocks out (placeholder skeleton, LM4-T1)")
+    info.add_argument("--storage", action="store_true",
+                      help="load the model and list each weight tensor as it holds it (always done for a .gguf file)")
+    info.add_argument("--weight-dtype", choices=list(WEIGHT_DTYPES), default=None,
+                      help="with the list of weights held: load the model with its weights in this format")
     info.set_defaults(func=run)
     return info
 
@@ -80,8 +88,37 @@ def run(args: argparse.Namespace) -> int:
         ]),
     ]
     out = [f"{args.model}: {_describe(cfg)}"] + header + [""] + table(sections)
+    preset = args.model.lower() in _PRESET_NAMES and not Path(args.model).exists()
+    if preset and (args.weight_dtype or args.storage):
+        raise Fail("--storage and --weight-dtype need a model's weights (a folder or file), not a preset", 2)
+    if not preset and (args.storage or args.weight_dtype or gguf_checkpoint.is_gguf(Path(args.model))):
+        out += [""] + _storage(args.model, args.weight_dtype, counts.nbytes(4))
     print("\n".join(out))
     return 0
+
+
+def _storage(model: str, weight_dtype: "str | None", float32_bytes: int) -> List[str]:
+    """Each large tensor as ``gptcore.load`` holds it (format, bytes), and the totals."""
+    try:
+        m = load(model, weight_dtype=weight_dtype, allow_nonfinite=True)
+    except FileNotFoundError as e:
+        raise Fail(file_error(e)) from None
+    except (ValueError, TypeError) as e:
+        raise Fail(str(e)) from None
+    rows = m.weight_storage()
+    title = f"Weights held ({m.weight_dtype or m.dtype.name}{'' if weight_dtype else ', as loaded'})"
+    width = max(len(n) for n, _, _ in rows)
+    lines = [title]
+    totals: dict = {}
+    for name, fmt, nbytes in rows:
+        lines.append(f"  {name:<{width}}  {fmt:<8} {nbytes:>14,} bytes")
+        c, b = totals.get(fmt, (0, 0))
+        totals[fmt] = (c + 1, b + nbytes)
+    for fmt, (c, b) in sorted(totals.items()):
+        lines.append(f"  {fmt}: {c} tensors, {b:,} bytes")
+    lines.append(f"  all weights held (biases and norms included): {m.nbytes:,} bytes, "
+                 f"{m.nbytes / float32_bytes:.3f} x the parameters in float32")
+    return lines
 
 
 def _model_arg(text: str) -> str:

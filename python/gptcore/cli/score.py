@@ -36,7 +36,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     score.add_argument("--stride", type=positive, default=None, help="window step (default: half the context)")
     score.add_argument("--batch-tokens", type=positive, default=16384, help="most tokens per task (default 16384)")
     score.add_argument("--weight-dtype", choices=list(WEIGHT_DTYPES), default=None,
-                       help="store the weight matrices 16-bit (passed to gptcore.load)")
+                       help="store the weight matrices 16-bit or in q8_0 / q4_0 blocks (passed to gptcore.load)")
     score.add_argument("--max-line-bytes", type=positive, default=MAX_LINE_BYTES, metavar="N",
                        help=f"the most text encoded at once (default {MAX_LINE_BYTES:,}): a longer line is an error")
     score.add_argument("--allow-errors", action="store_true",

@@ -28,10 +28,11 @@ from typing import Any, Dict, Mapping, Tuple
 
 import numpy as np
 
-from .names import GPT2, from_gguf_layout, to_gguf_layout
+from .names import GPT2, LLAMA, Architecture
 from .quants import dequantize, quantize
 
-__all__ = ["WEIGHT_DTYPES", "GGUF_TYPES", "takes_weight_type", "storage_type", "round_model_weights"]
+__all__ = ["WEIGHT_DTYPES", "GGUF_TYPES", "takes_weight_type", "storage_type", "model_storage_type",
+           "round_model_weights"]
 
 #: gptcore's ``weight_dtype`` names and the GGUF type each stores eligible tensors in.
 GGUF_TYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "q8_0": "Q8_0", "q4_0": "Q4_0"}
@@ -59,6 +60,24 @@ def storage_type(gguf_name: str, shape: Tuple[int, ...], weight_dtype: str) -> s
     return target
 
 
+def _names(family: str) -> Architecture:
+    """The names table of a model family (``"gpt2"``; ``"llama"``, whose Hugging Face names
+    Qwen2 and Mistral share)."""
+    return GPT2 if family == "gpt2" else LLAMA
+
+
+def model_storage_type(name: str, shape: Tuple[int, ...], weight_dtype: str, family: str = "gpt2") -> str:
+    """``storage_type`` of a tensor known by gptcore's schema name and shape (GPT-2's names and
+    ``Conv1D`` matrices ``(in, out)``, or the Llama family's Hugging Face names): the type a
+    model with ``weight_dtype`` weights holds it in, the same in memory as in a GGUF file."""
+    hit = _names(family).to_gguf(name)
+    if hit is None:
+        raise ValueError(f"unexpected tensor {name!r} (not a {family} weight name)")
+    gguf_name, layout = hit
+    gshape = tuple(reversed(shape)) if layout == "transposed" else tuple(shape)
+    return storage_type(gguf_name, gshape, weight_dtype)
+
+
 def round_model_weights(weights: Mapping[str, Any], gguf_type: str) -> Dict[str, np.ndarray]:
     """The float32 model whose weights are those a ``gguf_type`` (``"Q8_0"`` / ``"Q4_0"``) file
     holds: each tensor that ``storage_type`` puts in that type quantized and dequantized in
@@ -66,15 +85,21 @@ def round_model_weights(weights: Mapping[str, Any], gguf_type: str) -> Dict[str,
     ``weights`` has gptcore's schema names (``gptcore.weights.normalize_names`` gives them); the
     result is a new dict, the input is not modified. ``gptcore.round_weights`` calls this."""
     wd = gguf_type.lower()
+    family = "gpt2" if all(GPT2.to_gguf(n) is not None for n in weights) else "llama"
+    table = _names(family)
     out: Dict[str, np.ndarray] = {}
     for name, value in weights.items():
         a = np.asarray(value, dtype=np.float32)
-        hit = GPT2.to_gguf(name)
+        hit = table.to_gguf(name)
         if hit is None:
-            raise ValueError(f"round_weights: unexpected tensor {name!r} (not a GPT-2 weight name)")
+            raise ValueError(f"round_weights: unexpected tensor {name!r} (not a GPT-2 or Llama-family weight name)")
         gguf_name, layout = hit
-        g = to_gguf_layout(a, layout)
+        # Blocks run along each matrix's K, a row of its GGUF layout (a row permutation, as
+        # llama.cpp's converter applies to Llama's queries and keys, moves whole rows).
+        transposed = layout == "transposed"
+        g = a.T if transposed else a
         if storage_type(gguf_name, g.shape, wd) == gguf_type:
-            a = np.ascontiguousarray(from_gguf_layout(dequantize(quantize(g, wd), wd), layout))
+            d = dequantize(quantize(g, wd), wd)
+            a = np.ascontiguousarray(d.T if transposed else d)
         out[name] = a
     return out

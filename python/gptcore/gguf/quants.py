@@ -32,6 +32,11 @@ they are in the block and on the machine) and blocks whose scale overflows float
 and the block would dequantize to infinities and NaNs). Inputs are converted to float32 first
 (float64 rounds to nearest even).
 
+``dequantized(x, fmt)`` is ``dequantize(quantize(x, fmt), fmt)`` for any length of the last
+axis: where it is not a multiple of 32 (what a GGUF file cannot hold, and a model in memory
+can), the last block is short: quantized as if padded with zeros (zeros never change the
+scale, which therefore comes from the values the block holds), the padding dropped again.
+
 ``dequantize`` is exact: ``d`` widens exactly from float16 and ``d * q`` (an 11-bit
 significand times at most 8 bits) is exact in float32, so "the dequantized model" is the same
 on every machine. ``gptcore.round_weights(w, "q8_0")`` is ``dequantize(quantize(w))``, and for a
@@ -46,7 +51,7 @@ import numpy as np
 
 from .format import BLOCK_DTYPES, Q4_0_BLOCK, Q8_0_BLOCK
 
-__all__ = ["QK", "QUANT_FORMATS", "quantize", "dequantize", "quant_format"]
+__all__ = ["QK", "QUANT_FORMATS", "quantize", "dequantize", "dequantized", "quant_format"]
 
 #: Values per block (QK8_0 = QK4_0 = 32).
 QK = 32
@@ -157,6 +162,27 @@ def quantize(x: Any, fmt: str) -> np.ndarray:
     shape = np.shape(x)
     blocks = _quantize_q8_0(b, "quantize") if name == "Q8_0" else _quantize_q4_0(b, "quantize")
     return blocks.reshape(tuple(shape[:-1]) + (shape[-1] // QK,))
+
+
+def dequantized(x: Any, fmt: str) -> np.ndarray:
+    """The float32 values a block format stores for ``x``: ``dequantize(quantize(x, fmt),
+    fmt)``, with a short last block where the last axis is not a multiple of 32 (see the module
+    documentation).
+
+    Examples:
+        >>> dequantized(np.array([0.1, 0.25, -1.0], np.float32), "q4_0").tolist()
+        [0.125, 0.25, -1.0]
+    """
+    a = np.asarray(x)
+    if a.dtype.kind != "f" and a.dtype.name != "bfloat16":
+        raise TypeError(f"dequantized: x must be a float array, got dtype {a.dtype}")
+    if a.ndim == 0:
+        raise ValueError("dequantized: x must have at least one axis, got a scalar")
+    k = a.shape[-1]
+    pad = -k % QK
+    if pad:
+        a = np.concatenate([np.asarray(a, np.float32), np.zeros(a.shape[:-1] + (pad,), np.float32)], axis=-1)
+    return dequantize(quantize(a, fmt), fmt)[..., :k]
 
 
 def dequantize(blocks: Any, fmt: str) -> np.ndarray:

@@ -6,15 +6,23 @@ GGUF describes a tokenizer by its model (``tokenizer.ggml.model``), its pre-toke
 (``merges``, ``"left right"`` strings in rank order) and the special ids
 (``bos_token_id``, ``eos_token_id``, ``padding_token_id``, ...).
 
-gptcore reads and writes byte-level BPE (model ``gpt2``) with GPT-2's pre-tokenizer
-(``gpt-2``, also what a missing ``tokenizer.ggml.pre`` means): the Hugging Face ``tokenizers``
-object built here is the one a GPT-2 ``tokenizer.json`` describes (ByteLevel pre-tokenizer
-with GPT-2's split pattern and no prefix space, BPE without ``ignore_merges``, ByteLevel
-decoder), with control tokens as special added tokens and user-defined tokens as plain added
-tokens, so it encodes and decodes as the original does. Other models (``llama``:
-SentencePiece, ``bert``: WordPiece, ``t5``, ...) and other pre-tokenizers (``llama-bpe``,
-``qwen2``, ... whose split patterns differ) raise a ``ValueError`` naming them. A file whose
-model is ``none`` has no tokenizer.
+gptcore reads and writes byte-level BPE (model ``gpt2``) with four pre-tokenizers:
+
+* ``gpt-2`` (also what a missing ``tokenizer.ggml.pre`` means): the ByteLevel pre-tokenizer
+  with GPT-2's split pattern and no prefix space, BPE without ``ignore_merges`` (a GPT-2
+  ``tokenizer.json``);
+* ``llama-bpe`` (Llama 3's): a Split on Llama 3's pattern (digits in runs of up to three),
+  then ByteLevel without its own pattern, BPE with ``ignore_merges`` (as llama.cpp and Llama
+  3's ``tokenizer.json``);
+* ``qwen2``: a Split on Qwen2's pattern (single digits), ByteLevel without its own pattern, the
+  NFC normalizer, BPE without ``ignore_merges``;
+* ``smollm`` (SmolLM2's): single digits split off, then ByteLevel with GPT-2's pattern;
+
+each with the ByteLevel decoder, control tokens as special added tokens and user-defined tokens
+as plain added tokens, so that it encodes and decodes as the original ``tokenizer.json`` does.
+Other models (``llama``: SentencePiece, ``bert``: WordPiece, ``t5``, ...) and other
+pre-tokenizers (``deepseek-llm``, ``starcoder``, ... whose split patterns differ) raise a
+``ValueError`` naming them. A file whose model is ``none`` has no tokenizer.
 """
 
 from __future__ import annotations
@@ -31,8 +39,20 @@ __all__ = ["TOKEN_TYPES", "tokenizer_from_metadata", "tokenizer_metadata"]
 #: llama.cpp's token types (``llama_token_type``).
 TOKEN_TYPES = {"normal": 1, "unknown": 2, "control": 3, "user_defined": 4, "unused": 5, "byte": 6}
 
-# The pre-tokenizers built here: GGUF's name -> (ByteLevel use_regex, BPE ignore_merges).
-_PRE = {"gpt-2": dict(ignore_merges=False)}
+#: Llama 3's and Qwen2's split patterns (their tokenizer.json's Split pre-tokenizers).
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# The pre-tokenizers built here: GGUF's name -> (split pattern or None for ByteLevel's own,
+# BPE ignore_merges, NFC normalizer).
+_PRE = {
+    "gpt-2": dict(pattern=None, ignore_merges=False, nfc=False),
+    "llama-bpe": dict(pattern=LLAMA3_PATTERN, ignore_merges=True, nfc=False),
+    "qwen2": dict(pattern=QWEN2_PATTERN, ignore_merges=False, nfc=True),
+    "smollm": dict(pattern="digits", ignore_merges=False, nfc=False),
+}
 _NO_TOKENIZER = ("none", "no_vocab")
 _MODEL_NAMES = {"llama": "SentencePiece", "bert": "WordPiece", "t5": "Unigram", "rwkv": "RWKV", "plamo2": "PLaMo-2"}
 
@@ -79,7 +99,7 @@ def tokenizer_from_metadata(metadata: Mapping[str, Any], where: str = "GGUF meta
     pre = metadata.get("tokenizer.ggml.pre", "gpt-2")
     if pre not in _PRE:
         raise ValueError(f"{where}: pre-tokenizer {pre!r} is not supported; gptcore builds byte-level BPE with "
-                         f"GPT-2's pre-tokenizer ({', '.join(repr(p) for p in _PRE)})")
+                         f"the pre-tokenizers {', '.join(repr(p) for p in _PRE)}")
     tokens = _get(metadata, "tokenizer.ggml.tokens", where, (list,))
     if not all(isinstance(t, str) for t in tokens):
         raise ValueError(f"{where}: 'tokenizer.ggml.tokens' must be an array of strings")
@@ -116,7 +136,19 @@ def tokenizer_from_metadata(metadata: Mapping[str, Any], where: str = "GGUF meta
     except Exception as e:  # the Rust library raises plain Exceptions
         raise ValueError(f"{where}: the tokenizer metadata does not make a BPE model: {e}") from None
     tok = tk.Tokenizer(bpe)
-    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    spec = _PRE[pre]
+    if spec["pattern"] is None:
+        tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    elif spec["pattern"] == "digits":
+        tok.pre_tokenizer = tk.pre_tokenizers.Sequence([
+            tk.pre_tokenizers.Digits(individual_digits=True),
+            tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    else:
+        tok.pre_tokenizer = tk.pre_tokenizers.Sequence([
+            tk.pre_tokenizers.Split(tk.Regex(spec["pattern"]), behavior="isolated", invert=False),
+            tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if spec["nfc"]:
+        tok.normalizer = tk.normalizers.NFC()
     tok.decoder = tk.decoders.ByteLevel()
     special = [tk.AddedToken(tokens[i], special=True, normalized=False)
                for i in np.flatnonzero(types == TOKEN_TYPES["control"])]
@@ -133,6 +165,26 @@ def tokenizer_from_metadata(metadata: Mapping[str, Any], where: str = "GGUF meta
     return out
 
 
+def _pre_name(pre: Mapping[str, Any]) -> Optional[str]:
+    """The GGUF pre-tokenizer name of a ``tokenizer.json``'s pre-tokenizer, or None."""
+    if pre.get("type") == "ByteLevel":
+        ok = pre.get("use_regex", True) and not pre.get("add_prefix_space")
+        return "gpt-2" if ok else None
+    parts = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
+    if not parts or len(parts) != 2:
+        return None
+    split, byte_level = parts
+    if (split.get("type") == "Digits" and split.get("individual_digits") and byte_level.get("type") == "ByteLevel"
+            and byte_level.get("use_regex", True) and not byte_level.get("add_prefix_space")):
+        return "smollm"
+    if (split.get("type") != "Split" or split.get("behavior") != "Isolated" or split.get("invert")
+            or byte_level.get("type") != "ByteLevel" or byte_level.get("use_regex", True)
+            or byte_level.get("add_prefix_space")):
+        return None
+    pattern = (split.get("pattern") or {}).get("Regex")
+    return {LLAMA3_PATTERN: "llama-bpe", QWEN2_PATTERN: "qwen2"}.get(pattern)
+
+
 def tokenizer_metadata(tokenizer: Any, vocab_size: int) -> Dict[str, Value]:
     """The ``tokenizer.ggml.*`` metadata of a ``gptcore.Tokenizer`` for a model of
     ``vocab_size`` ids: ``tokens`` has exactly ``vocab_size`` entries (llama.cpp sizes the
@@ -142,8 +194,9 @@ def tokenizer_metadata(tokenizer: Any, vocab_size: int) -> Dict[str, Value]:
     false (gptcore adds no tokens to a text).
 
     Raises ``ValueError`` naming what GGUF cannot describe: a tokenizer other than byte-level
-    BPE with GPT-2's pre-tokenizer, a normalizer, added tokens that strip spaces or match
-    single words, a vocabulary larger than ``vocab_size``.
+    BPE with one of the three pre-tokenizers (see the module documentation), another
+    normalizer, added tokens that strip spaces or match single words, a vocabulary larger than
+    ``vocab_size``.
     """
     from ..tokenizer import Tokenizer
 
@@ -152,7 +205,7 @@ def tokenizer_metadata(tokenizer: Any, vocab_size: int) -> Dict[str, Value]:
 
     def refuse(what: str) -> ValueError:
         return ValueError(f"GGUF metadata cannot describe this tokenizer: {what}; gptcore writes byte-level BPE "
-                          "tokenizers with GPT-2's pre-tokenizer (a GPT-2 tokenizer.json)")
+                          "tokenizers with GPT-2's, Llama 3's, Qwen2's or SmolLM's pre-tokenizer")
 
     d = json.loads(tokenizer.backend.to_str())
     model = d.get("model") or {}
@@ -161,13 +214,20 @@ def tokenizer_metadata(tokenizer: Any, vocab_size: int) -> Dict[str, Value]:
     for key, ok in (("dropout", None), ("continuing_subword_prefix", None), ("end_of_word_suffix", None)):
         if model.get(key) not in (ok, ""):
             raise refuse(f"its BPE model sets {key} = {model.get(key)!r}")
-    if model.get("byte_fallback") or model.get("ignore_merges"):
-        raise refuse("its BPE model sets byte_fallback or ignore_merges")
-    if d.get("normalizer") is not None:
-        raise refuse(f"it has a normalizer ({d['normalizer'].get('type')})")
-    pre = d.get("pre_tokenizer") or {}
-    if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True) or pre.get("add_prefix_space"):
-        raise refuse(f"its pre-tokenizer is {json.dumps(pre)}, not ByteLevel with GPT-2's pattern and no prefix space")
+    if model.get("byte_fallback"):
+        raise refuse("its BPE model sets byte_fallback")
+    pre_name = _pre_name(d.get("pre_tokenizer") or {})
+    if pre_name is None:
+        raise refuse(f"its pre-tokenizer is {json.dumps(d.get('pre_tokenizer'))}, not ByteLevel with GPT-2's "
+                     "pattern, nor a Split on Llama 3's or Qwen2's pattern (or SmolLM's digits) and ByteLevel, "
+                     "without prefix space")
+    normalizer = d.get("normalizer")
+    if normalizer is not None and not (pre_name == "qwen2" and normalizer.get("type") == "NFC"):
+        raise refuse(f"it has a normalizer ({normalizer.get('type')})")
+    if pre_name == "qwen2" and normalizer is None:
+        raise refuse("Qwen2's pre-tokenizer without its NFC normalizer")
+    if bool(model.get("ignore_merges")) != _PRE[pre_name]["ignore_merges"] and pre_name != "llama-bpe":
+        raise refuse(f"its BPE model sets ignore_merges = {model.get('ignore_merges')!r}")
 
     vocab = tokenizer.backend.get_vocab(with_added_tokens=True)
     if vocab and max(vocab.values()) >= vocab_size:
@@ -193,7 +253,7 @@ def tokenizer_metadata(tokenizer: Any, vocab_size: int) -> Dict[str, Value]:
 
     meta: Dict[str, Value] = {
         "tokenizer.ggml.model": Value(ValueType.STRING, "gpt2"),
-        "tokenizer.ggml.pre": Value(ValueType.STRING, "gpt-2"),
+        "tokenizer.ggml.pre": Value(ValueType.STRING, pre_name),
         "tokenizer.ggml.tokens": Value(ValueType.ARRAY, tokens, ValueType.STRING),
         "tokenizer.ggml.token_type": Value(ValueType.ARRAY, types, ValueType.INT32),
         "tokenizer.ggml.merges": Value(ValueType.ARRAY, merges, ValueType.STRING),

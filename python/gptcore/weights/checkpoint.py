@@ -30,7 +30,9 @@ import numpy as np
 from .._checks import dtype_name
 from ..config import GPTConfig
 from . import safetensors_file
+from ..gguf.policy import model_storage_type
 from .formats import (
+    BLOCK_DTYPES,
     FORMATS,
     first_nonfinite,
     keeps_float32,
@@ -47,6 +49,8 @@ __all__ = ["CheckpointInfo", "inspect_checkpoint", "load_safetensors", "open_laz
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+# The formats a safetensors checkpoint stores weight matrices in (16-bit values).
+FORMATS_16 = ("bfloat16", "float16")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _CONFIG_METADATA_KEY = "gptcore_config"
 # The safetensors dtype of each numpy dtype save_safetensors writes as it is.
@@ -374,17 +378,20 @@ def inspect_checkpoint(path: Any, n_heads: Optional[int] = None, fn: str = "load
 
 def open_lazy(
     path: Any, weight_dtype: str, n_heads: Optional[int] = None, allow_nonfinite: bool = False
-) -> Tuple[Dict[str, np.ndarray], GPTConfig, Callable[[str], Optional[np.ndarray]]]:
-    """Open a checkpoint for a model whose weights are stored in ``weight_dtype`` (a 16-bit
-    format) without reading its large tensors.
+) -> Tuple[Dict[str, np.ndarray], GPTConfig, Callable[[str], Any]]:
+    """Open a checkpoint for a model whose weights are stored in ``weight_dtype`` (a 16-bit or
+    block format) without reading its large tensors.
 
     Returns ``(small, config, fetch)``: the float32 tensors of the kinds that stay float32
-    (biases, norm parameters), the configuration (from ``config.json``, the file's
-    metadata, or inferred from the shapes), and ``fetch(name)``, which reads one large tensor
-    and returns its uint16 patterns in ``weight_dtype`` (None for a name it does not hold).
-    Names, shapes, dtypes and byte counts are all checked first, as ``load_safetensors``
-    checks them; the values as each tensor is read (a NaN or an infinity is a ``ValueError``
-    naming the tensor, unless ``allow_nonfinite``). Each tensor is read once.
+    (biases, norm parameters; for a block format also the tensors it keeps in float32, see
+    ``gptcore.gguf.policy``), the configuration (from ``config.json``, the file's metadata, or
+    inferred from the shapes), and ``fetch(name)``, which reads one large tensor and returns
+    its uint16 patterns in a 16-bit ``weight_dtype``, its float32 values for a block format to
+    quantize, ``("float32", None)`` for a tensor of ``small`` kept as it is, or None for a name
+    it does not hold. Names, shapes, dtypes and byte counts are all checked first, as
+    ``load_safetensors`` checks them; the values as each tensor is read (a NaN or an infinity
+    is a ``ValueError`` naming the tensor, unless ``allow_nonfinite``). Each tensor is read
+    once.
     """
     fn = "load"
     p = _path(fn, path)
@@ -392,18 +399,23 @@ def open_lazy(
     check = not allow_nonfinite
     config, _, entries = _checked_entries(fn, p, n_heads)
     kinds = {name: kind for name, _, kind in _tensor_kinds(config)}
+    blocks = weight_dtype in BLOCK_DTYPES
     small: Dict[str, np.ndarray] = {}
     large: Dict[str, safetensors_file.TensorEntry] = {}
     for name, e in entries.items():
-        if keeps_float32(kinds[name]):
-            small[name] = widen(_read(fn, e, check), e.dtype)
+        kept = blocks and model_storage_type(name, tuple(e.shape), weight_dtype,
+                                             config.family) != weight_dtype.upper()
+        if keeps_float32(kinds[name]) or kept:
+            small[name] = np.ascontiguousarray(widen(_read(fn, e, check), e.dtype))
         else:
             large[name] = e
 
-    def fetch(name: str) -> Optional[np.ndarray]:
+    def fetch(name: str) -> Any:
         e = large.get(name)
         if e is None:
-            return None
+            return ("float32", None) if blocks and name in small else None
+        if blocks:
+            return np.ascontiguousarray(widen(_read(fn, e, check), e.dtype))
         return stored_bits(_read(fn, e, check), e.dtype, weight_dtype)
 
     return small, config, fetch
@@ -441,7 +453,10 @@ def save_safetensors(
     if weight_dtype is not None:
         if dtype is not None:
             raise ValueError(f"{fn}: give dtype or weight_dtype, not both")
-        weight_dtype = weight_dtype_name(f"{fn}: weight_dtype", weight_dtype)
+        if isinstance(weight_dtype, str) and weight_dtype in BLOCK_DTYPES:
+            raise ValueError(f"{fn}: {weight_dtype} weights have no safetensors dtype; save them in a GGUF file "
+                             "(a path ending in .gguf), or pass weight_dtype='float32' for their values as float32")
+        weight_dtype = weight_dtype_name(f"{fn}: weight_dtype", weight_dtype, FORMATS_16)
     _check_config(fn, config)
     w = validate(weights, config)
     if weight_dtype is not None:

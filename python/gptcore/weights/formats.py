@@ -7,6 +7,13 @@ value. ``float32`` is the format of the arithmetic; ``bfloat16`` and ``float16``
 are widened to float32, exactly, as the kernels load them. Whatever the format, the tensors of
 the kinds in ``FLOAT32_KINDS`` (biases, LayerNorm weights and biases) stay float32.
 
+ggml's block formats ``q8_0`` and ``q4_0`` (32 weights along K and one float16 scale a block;
+see ``gptcore.gguf.quants``) are ``weight_dtype`` values too (``BLOCK_DTYPES``): the kernels
+widen each block to its float32 weights ``d * q`` as they load it. They have no safetensors
+dtype: such models are saved in GGUF files. Which tensors they store follows llama.cpp
+(``gptcore.gguf.policy``): the weight matrices, the token embedding and the head, when their
+reduction dimension K is a multiple of 32; the rest stays float32.
+
 numpy has no bfloat16, so the public functions speak float32 (values exactly representable in
 the format) or ``uint16`` (the raw bit patterns):
 
@@ -21,9 +28,6 @@ Checkpoints in these formats are read and written by ``gptcore.weights.checkpoin
 the one safetensors reader and writer, ``gptcore.weights.safetensors_file``, and in GGUF files
 by ``gptcore.weights.gguf_checkpoint``.
 
-ggml's block formats ``q8_0`` and ``q4_0`` (32 values and one float16 scale a block; see
-``gptcore.gguf.quants``) are ``round_weights`` targets and GGUF tensor types; the core does not
-compute with them yet, so they are not ``WEIGHT_DTYPES``.
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ import numpy as np
 
 from .. import _native
 from ..gguf.policy import round_model_weights
-from ..gguf.quants import QUANT_FORMATS, dequantize, quant_format, quantize
+from ..gguf.quants import QUANT_FORMATS, dequantized, quant_format
 from .schema import normalize_names
 
 __all__ = [
+    "BLOCK_DTYPES",
     "FLOAT32_KINDS",
     "FORMATS",
+    "HALF_DTYPES",
     "WEIGHT_DTYPES",
     "WeightFormat",
     "first_nonfinite",
@@ -72,9 +78,13 @@ FORMATS: Dict[str, WeightFormat] = {
     )
 }
 
+#: The 16-bit formats (a value each, rounded to nearest even).
+HALF_DTYPES = ("bfloat16", "float16")
+#: The block formats (ggml's; 32 weights along K and a float16 scale a block).
+BLOCK_DTYPES = QUANT_FORMATS
 #: The formats a float32 model can store its weight matrices and embedding tables in
 #: (``weight_dtype``); ``None`` there means float32 (the model's dtype).
-WEIGHT_DTYPES = ("bfloat16", "float16")
+WEIGHT_DTYPES = HALF_DTYPES + BLOCK_DTYPES
 
 #: Tensor kinds (``gptcore.weights.schema``) kept in float32 whatever the format: they are a
 #: small share of the bytes and go into sums, not matrix products.
@@ -91,18 +101,24 @@ def keeps_float32(kind: str) -> bool:
     return kind in FLOAT32_KINDS
 
 
-def weight_dtype_name(what: str, dtype: Any) -> str:
-    """The name of a ``weight_dtype`` (``"bfloat16"`` or ``"float16"``) from a name or a
-    numpy / ml_dtypes dtype; ``TypeError`` or ``ValueError`` naming ``what`` otherwise."""
+def _names(allowed: Tuple[str, ...]) -> str:
+    quoted = [repr(a) for a in allowed]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def weight_dtype_name(what: str, dtype: Any, allowed: Tuple[str, ...] = WEIGHT_DTYPES) -> str:
+    """The name of a ``weight_dtype`` (one of ``allowed``: ``"bfloat16"``, ``"float16"``,
+    ``"q8_0"``, ``"q4_0"``) from a name or a numpy / ml_dtypes dtype; ``TypeError`` or
+    ``ValueError`` naming ``what`` otherwise."""
     if isinstance(dtype, str):
         name = dtype
     else:
         try:
             name = np.dtype(dtype).name
         except TypeError:
-            raise TypeError(f"{what} must be 'bfloat16' or 'float16', got {dtype!r}") from None
-    if name not in WEIGHT_DTYPES:
-        raise ValueError(f"{what} must be 'bfloat16' or 'float16', got {name!r}")
+            raise TypeError(f"{what} must be {_names(allowed)}, got {dtype!r}") from None
+    if name not in allowed:
+        raise ValueError(f"{what} must be {_names(allowed)}, got {name!r}")
     return name
 
 
@@ -121,7 +137,8 @@ def to_half_bits(x: Any, dtype: Any = "bfloat16") -> np.ndarray:
         >>> to_half_bits([1.0, -2.0, 1 + 2**-8], "bfloat16")
         array([16256, 49152, 16256], dtype=uint16)
     """
-    return _native._to_half_bits(_float32("to_half_bits", x), weight_dtype_name("to_half_bits: dtype", dtype))
+    return _native._to_half_bits(_float32("to_half_bits", x),
+                                 weight_dtype_name("to_half_bits: dtype", dtype, HALF_DTYPES))
 
 
 def from_half_bits(bits: Any, dtype: Any = "bfloat16") -> np.ndarray:
@@ -134,7 +151,8 @@ def from_half_bits(bits: Any, dtype: Any = "bfloat16") -> np.ndarray:
     b = np.asarray(bits)
     if b.dtype != np.uint16:
         raise TypeError(f"from_half_bits: bits must be a uint16 array, got dtype {b.dtype}")
-    return _native._from_half_bits(np.asarray(b, order="C"), weight_dtype_name("from_half_bits: dtype", dtype))
+    return _native._from_half_bits(np.asarray(b, order="C"),
+                                   weight_dtype_name("from_half_bits: dtype", dtype, HALF_DTYPES))
 
 
 def round_weights(x: Any, dtype: Any = "bfloat16") -> Any:
@@ -143,12 +161,14 @@ def round_weights(x: Any, dtype: Any = "bfloat16") -> Any:
     and dequantized; see ``gptcore.gguf.quants``).
 
     ``x`` is an array (converted to float32 first; for the block formats, blocks of 32 run along
-    its last axis, which must be a multiple of 32) or a mapping of arrays: pass a model's weights
-    to get the float32 model that a model stored in ``dtype`` equals. For the 16-bit formats
-    every array is rounded but the biases and LayerNorm parameters (kept in float32). For the
-    block formats the rule is llama.cpp's (``gptcore.gguf.policy``): the weight matrices, the
-    token embedding and the head are quantized along their reduction dimension K (a matrix whose
-    K is not a multiple of 32 stays float32), the rest is left as it is.
+    its last axis: where its length is not a multiple of 32 the last block is short, quantized
+    as if padded with zeros, its scale from the values it holds) or a mapping of arrays: pass a
+    model's weights to get the float32 model that a model stored in ``dtype`` equals. For the
+    16-bit formats every array is rounded but the biases and LayerNorm parameters (kept in
+    float32). For the block formats the rule is llama.cpp's (``gptcore.gguf.policy``): the
+    weight matrices, the token embedding and the head are quantized along their reduction
+    dimension K (a matrix whose K is not a multiple of 32 stays float32, as a GGUF file keeps
+    it), the rest is left as it is.
 
     Examples:
         >>> round_weights(np.array([1 + 2**-12, 1 + 2**-10, 65519.0, 65520.0], np.float32), "float16").tolist()
@@ -160,8 +180,8 @@ def round_weights(x: Any, dtype: Any = "bfloat16") -> Any:
         fmt = quant_format("round_weights: dtype", dtype)
         if isinstance(x, Mapping):
             return round_model_weights(normalize_names(x), fmt)
-        return dequantize(quantize(x, fmt), fmt)
-    name = weight_dtype_name("round_weights: dtype", dtype)
+        return dequantized(x, fmt)
+    name = weight_dtype_name("round_weights: dtype", dtype, HALF_DTYPES + BLOCK_DTYPES)
     if isinstance(x, Mapping):
         out = {}
         for k, v in normalize_names(x).items():
@@ -184,7 +204,7 @@ def widen(raw: np.ndarray, stored: str) -> np.ndarray:
 def stored_bits(raw: np.ndarray, stored: str, weight_dtype: str) -> np.ndarray:
     """A tensor as the ``uint16`` patterns of ``weight_dtype``: the stored patterns when the
     checkpoint holds that format, else its float32 value rounded to nearest even."""
-    if stored == FORMATS[weight_dtype].safetensors:
+    if stored == FORMATS[weight_dtype].safetensors:  # weight_dtype: a 16-bit format
         return raw.view(np.uint16)
     return to_half_bits(widen(raw, stored), weight_dtype)
 

@@ -8,8 +8,8 @@
 use crate::convert::{detach, to_py_err};
 use crate::pooled::{into_array, Poolable};
 use gptcore_core::decoder::{
-    Config, Family, Float, Logits, Model, Positions, Request, Rope, RopeScaling, SeqStep, Tensor,
-    TensorSpec,
+    Config, Family, Fetched, Float, Logits, Model, Positions, Request, Rope, RopeScaling, SeqStep,
+    Tensor, TensorSpec,
 };
 use gptcore_core::formats::WeightFormat;
 use gptcore_core::kv_cache::KvCache;
@@ -243,6 +243,40 @@ fn build<T: Float + numpy::Element>(
     detach(py, || Model::new(cfg, &map))?.map_err(to_py_err)
 }
 
+/// What `fetch(name)` returned, as the core takes it: None; a uint16 array (the patterns of
+/// the model's 16-bit format); a uint8 array (the file blocks of its block format); a float32
+/// array (values to store in the model's format); or a tuple `(format name, array)` for a
+/// tensor held in another format (`("float32", None)`: the weights dict's values as they are).
+fn fetched(name: &str, r: &Bound<'_, PyAny>, format: WeightFormat) -> PyResult<Option<Fetched>> {
+    fn vec_of<T: numpy::Element + Copy>(a: PyReadonlyArrayDyn<'_, T>) -> Vec<T> {
+        match a.as_slice() {
+            Ok(s) => s.to_vec(),
+            Err(_) => a.as_array().iter().copied().collect(),
+        }
+    }
+    if r.is_none() {
+        return Ok(None);
+    }
+    let (format, arr) = match r.extract::<(String, Bound<'_, PyAny>)>() {
+        Ok((f, a)) if f == "float32" && a.is_none() => return Ok(Some(Fetched::Full)),
+        Ok((f, a)) => (crate::formats::parse_format("fetch: format", &f)?, a),
+        Err(_) => (format, r.clone()),
+    };
+    if let Ok(a) = arr.extract::<PyReadonlyArrayDyn<'_, u16>>() {
+        return Ok(Some(Fetched::Bits16(format, vec_of(a))));
+    }
+    if let Ok(a) = arr.extract::<PyReadonlyArrayDyn<'_, u8>>() {
+        return Ok(Some(Fetched::Blocks(format, vec_of(a))));
+    }
+    if let Ok(a) = arr.extract::<PyReadonlyArrayDyn<'_, f32>>() {
+        return Ok(Some(Fetched::Values(vec_of(a))));
+    }
+    Err(PyTypeError::new_err(format!(
+        "fetch({name:?}) must return None, a uint16, uint8 or float32 array, or a tuple \
+         (format, array)"
+    )))
+}
+
 /// A float32 model with stored weights (see [`NativeModel::new`]).
 fn build_stored(
     py: Python<'_>,
@@ -255,26 +289,13 @@ fn build_stored(
     let map = tensor_map(&arrays)?;
     // The fetch callback runs Python: it takes the interpreter for each tensor.
     let pending: Mutex<Option<PyErr>> = Mutex::new(None);
-    let call = |spec: &TensorSpec| -> gptcore_core::Result<Option<Vec<u16>>> {
+    let call = |spec: &TensorSpec| -> gptcore_core::Result<Option<Fetched>> {
         let Some(f) = fetch.as_ref() else {
             return Ok(None);
         };
-        Python::attach(|py| -> PyResult<Option<Vec<u16>>> {
+        Python::attach(|py| -> PyResult<Option<Fetched>> {
             let r = f.call1(py, (spec.name.as_str(),))?;
-            let r = r.bind(py);
-            if r.is_none() {
-                return Ok(None);
-            }
-            let arr = r.extract::<PyReadonlyArrayDyn<'_, u16>>().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "fetch({:?}) must return a uint16 array or None",
-                    spec.name
-                ))
-            })?;
-            Ok(Some(match arr.as_slice() {
-                Ok(s) => s.to_vec(),
-                Err(_) => arr.as_array().iter().copied().collect(),
-            }))
+            fetched(&spec.name, r.bind(py), format)
         })
         .map_err(|e| {
             let msg = e.to_string();
@@ -433,9 +454,10 @@ fn step_many_model<'py, T: Float + Poolable + CacheOf>(
 
 #[pymethods]
 impl NativeModel {
-    /// `weight_dtype` ("bfloat16" / "float16", float32 models only) stores the weight
-    /// matrices and embedding tables 16-bit; `fetch(name)` then returns a large tensor's
-    /// uint16 patterns in that format, or None to round the tensor in `weights`.
+    /// `weight_dtype` ("bfloat16" / "float16" / "q8_0" / "q4_0", float32 models only) stores
+    /// the weight matrices and embedding tables in that format; `fetch(name)` then returns a
+    /// large tensor as its source stores it (see [`fetched`]), or None to round (quantize) the
+    /// tensor in `weights`.
     #[new]
     #[pyo3(signature = (weights, config, dtype, weight_dtype=None, fetch=None))]
     fn new(
@@ -451,7 +473,7 @@ impl NativeModel {
             let format = crate::formats::parse_format("weight_dtype", wd)?;
             if dtype != "float32" {
                 return Err(PyValueError::new_err(format!(
-                    "weight_dtype={wd:?} needs dtype 'float32' (16-bit weights, float32 \
+                    "weight_dtype={wd:?} needs dtype 'float32' ({wd} weights, float32 \
                      arithmetic), got dtype {dtype:?}"
                 )));
             }
@@ -695,8 +717,8 @@ impl NativeModel {
         }
     }
 
-    /// How the weight matrices and embedding tables are stored: "bfloat16", "float16", or
-    /// None (the compute dtype).
+    /// How the weight matrices and embedding tables are stored: "bfloat16", "float16",
+    /// "q8_0", "q4_0", or None (the compute dtype).
     #[getter]
     fn weight_dtype(&self) -> Option<&'static str> {
         let f = match &self.inner {
@@ -704,6 +726,47 @@ impl NativeModel {
             AnyModel::F64(m) => m.weight_format(),
         };
         (f != WeightFormat::Full).then(|| f.name())
+    }
+
+    /// Each weight matrix and embedding table as the model holds it: `(name, format, bytes)`,
+    /// the format "float32" / "float64" for the compute dtype (`lm_head.weight` is the packed
+    /// head, also when it is the token embedding's transpose).
+    fn stored_tensors(&self) -> Vec<(String, &'static str, usize)> {
+        let (list, dtype) = match &self.inner {
+            AnyModel::F32(m) => (m.stored_tensors(), "float32"),
+            AnyModel::F64(m) => (m.stored_tensors(), "float64"),
+        };
+        list.into_iter()
+            .map(|(n, f, b)| {
+                (
+                    n,
+                    if f == WeightFormat::Full {
+                        dtype
+                    } else {
+                        f.name()
+                    },
+                    b,
+                )
+            })
+            .collect()
+    }
+
+    /// The file blocks of the tensor `name` when the model holds it in a block format:
+    /// `(format, uint8 array)`, a run of blocks along K for each column of a `(k, n)` matrix
+    /// (for each row of a table or of `lm_head.weight`); None otherwise.
+    fn stored_blocks<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+    ) -> PyResult<Option<(&'static str, Bound<'py, PyAny>)>> {
+        let got = match &self.inner {
+            AnyModel::F32(m) => detach(py, || m.stored_blocks(name))?,
+            AnyModel::F64(m) => detach(py, || m.stored_blocks(name))?,
+        };
+        Ok(match got {
+            Some((f, b)) => Some((f.name(), PyArray1::from_vec(py, b).into_any())),
+            None => None,
+        })
     }
 
     /// Bytes of weights held (packed matrices included).

@@ -319,11 +319,12 @@ fn half_model_equals_rounded_f32_model<W: Float16Format>() {
         );
     }
     // 16-bit patterns fetched one tensor at a time build the same model.
-    let fetch = |spec: &TensorSpec| -> Result<Option<Vec<u16>>> {
+    let fetch = |spec: &TensorSpec| -> Result<Option<Fetched>> {
         let t = w.iter().find(|t| t.0 == spec.name).unwrap();
-        Ok(Some(
+        Ok(Some(Fetched::Bits16(
+            fmt,
             t.3.iter().map(|&x| W::from_f32(x).to_bits()).collect(),
-        ))
+        )))
     };
     let small: Weights<f32> = w.iter().filter(|t| !stored(t.2)).cloned().collect();
     let fetched = Model::with_format(c.clone(), &map(&small), fmt, Some(&fetch)).unwrap();
@@ -383,4 +384,139 @@ fn llama_bad_configs_are_errors() {
         want_hidden: false,
     };
     assert!(m.run(&req, None, &|| Ok(())).is_err());
+}
+
+/// `(r, c)` values of a Llama weight (`nn.Linear (n, k)`, the embedding, the head: every run
+/// along a row) quantized block by block by the format's reference quantizer and dequantized
+/// by its definition; and the file blocks.
+fn dequantized_rows<W: crate::formats::BlockFormat>(
+    v: &[f32],
+    r: usize,
+    c: usize,
+) -> (Vec<f32>, Vec<u8>) {
+    use crate::formats::block::QK;
+    let mut out = Vec::with_capacity(r * c);
+    let mut blocks = Vec::new();
+    for row in v.chunks(c) {
+        for x in row.chunks(QK) {
+            let mut b = vec![0u8; W::FILE_BLOCK_BYTES];
+            W::quantize_block(x, &mut b).unwrap();
+            let d = F16(u16::from_le_bytes([b[0], b[1]])).to_f32();
+            out.extend((0..x.len()).map(|i| W::weight(d, W::q_at(&b[2..], i))));
+            blocks.extend(b);
+        }
+    }
+    (out, blocks)
+}
+
+/// A Llama model with q8_0 / q4_0 weights equals the float32 model of its dequantized weights
+/// (stacked Q/K/V and SwiGLU included, widths that are and are not multiples of 32), for every
+/// kernel and in cached decoding; file blocks fetched a tensor at a time build the same model;
+/// parts of the stacked product fetched in different forms are each stored as alone.
+#[test]
+fn llama_block_model_equals_dequantized_f32_model() {
+    fn check<W: crate::formats::BlockFormat>()
+    where
+        f32: crate::kernels::KernelsFor<W>,
+    {
+        let fmt = WeightFormat::named(W::FORMAT_NAME).unwrap();
+        let wide = Config {
+            d_model: 64,
+            d_ff: 96,
+            tied: true,
+            ..config(4, 2, RopeScaling::Default)
+        };
+        for c in [wide, config(4, 2, RopeScaling::Default)] {
+            let w = weights::<f32>(&c, 21);
+            let stored = |k: &str| !matches!(k, "bias" | "ln_weight" | "ln_bias");
+            let r: Weights<f32> = w
+                .iter()
+                .map(|(n, s, k, v)| {
+                    let v = if stored(k) {
+                        dequantized_rows::<W>(v, s[0], s[1]).0
+                    } else {
+                        v.clone()
+                    };
+                    (n.clone(), s.clone(), *k, v)
+                })
+                .collect();
+            let q = Model::with_format(c.clone(), &map(&w), fmt, None).unwrap();
+            let want = Model::new(c.clone(), &map(&r)).unwrap();
+            let ids = ids(2 * 40, c.vocab_size, 12);
+            let reference = run(&want, &ids, 2, None, Logits::All);
+            for k in crate::kernels::available() {
+                crate::kernels::set_kernel(Some(k)).unwrap();
+                assert!(
+                    bits(&run(&q, &ids, 2, None, Logits::All)) == bits(&reference),
+                    "{} {k:?} d={}",
+                    W::FORMAT_NAME,
+                    c.d_model
+                );
+            }
+            crate::kernels::set_kernel(None).unwrap();
+            let v = c.vocab_size;
+            let mut cache = q.new_cache(1);
+            run(&q, &ids[..3], 1, Some(&mut cache), Logits::Last);
+            for p in 3..40 {
+                let step = run(&q, &ids[p..p + 1], 1, Some(&mut cache), Logits::Last);
+                assert_eq!(bits(&step), bits(&reference[p * v..(p + 1) * v]), "{p}");
+            }
+            // File blocks, one tensor at a time; the stacked parts' blocks come back apart.
+            let fetch = |spec: &TensorSpec| -> Result<Option<Fetched>> {
+                let t = w.iter().find(|t| t.0 == spec.name).unwrap();
+                Ok(Some(Fetched::Blocks(
+                    fmt,
+                    dequantized_rows::<W>(&t.3, t.1[0], t.1[1]).1,
+                )))
+            };
+            let small: Weights<f32> = w.iter().filter(|t| !stored(t.2)).cloned().collect();
+            let fetched = Model::with_format(c.clone(), &map(&small), fmt, Some(&fetch)).unwrap();
+            assert!(bits(&run(&fetched, &ids, 2, None, Logits::All)) == bits(&reference));
+            for t in w
+                .iter()
+                .filter(|t| t.0.contains("layers.1.") && stored(t.2))
+            {
+                let (f, b) = fetched.stored_blocks(&t.0).expect("held in blocks");
+                assert_eq!(f, fmt);
+                assert!(
+                    b == dequantized_rows::<W>(&t.3, t.1[0], t.1[1]).1,
+                    "{}",
+                    t.0
+                );
+            }
+            // Mixed forms for Q, K, V: blocks, float32 kept, values to quantize.
+            let mixed = |spec: &TensorSpec| -> Result<Option<Fetched>> {
+                let t = w.iter().find(|t| t.0 == spec.name).unwrap();
+                Ok(match t.2 {
+                    "q_proj" => Some(Fetched::Blocks(
+                        fmt,
+                        dequantized_rows::<W>(&t.3, t.1[0], t.1[1]).1,
+                    )),
+                    "k_proj" => Some(Fetched::Full),
+                    _ => None,
+                })
+            };
+            let m = Model::with_format(c.clone(), &map(&w), fmt, Some(&mixed)).unwrap();
+            let mut r2 = r.clone();
+            for (t, orig) in r2.iter_mut().zip(&w) {
+                if t.2 == "k_proj" {
+                    t.3 = orig.3.clone();
+                }
+            }
+            let want2 = Model::new(c.clone(), &map(&r2)).unwrap();
+            assert!(
+                bits(&run(&m, &ids, 2, None, Logits::All))
+                    == bits(&run(&want2, &ids, 2, None, Logits::All))
+            );
+            let held = m.stored_tensors();
+            assert!(held
+                .iter()
+                .any(|(n, f, _)| n.ends_with("q_proj.weight") && *f == WeightFormat::Full));
+            assert!(held
+                .iter()
+                .any(|(n, f, _)| n.ends_with("o_proj.weight") && *f == fmt));
+        }
+    }
+    check::<crate::formats::Q8_0>();
+    check::<crate::formats::Q4_0>();
 }

@@ -45,15 +45,19 @@ pub use norm::Norm;
 pub use pass::{Pass, Segment};
 pub use rotary::{Rope, RopeScaling};
 pub use schema::{Layout, Tensor, TensorSpec};
-pub use storage::{storage, Fetch, Packed, PackedWeights, Table, TableRows, WeightStorage};
+pub use storage::{
+    storage, Fetch, Fetched, Packed, PackedWeights, Table, TableRows, WeightStorage,
+};
 
 use crate::buffer_pool::BufferPool;
 use crate::gemm::{MatRef, Options};
 use crate::kv_cache::{HeadKv, KvCache};
 use crate::profile::Phases;
 use crate::Result;
+use embedding::Added;
+use mlp::Mlp;
 use rotary::Rotary;
-use schema::{export, Exported, PositionSpec, Source};
+use schema::{export, Exported, LinearSpec, MlpSpec, PositionSpec, QkvSpec, Source};
 use std::collections::HashMap;
 use std::sync::Arc;
 use workspace::{Workspace, WorkspacePool};
@@ -74,6 +78,49 @@ pub struct Model<T: Float> {
     workspaces: WorkspacePool<T>,
     /// Logits buffers handed back by their users, for the next passes' logits.
     outputs: Arc<BufferPool<T>>,
+}
+
+/// A large tensor of a model ([`Model::stored_tensors`]).
+enum Large<'m, T: Float> {
+    Table(&'m Table<T>),
+    Matrix(LargeMatrix<'m, T>),
+}
+
+/// A weight matrix as held, or the columns `c0 .. c0 + n` of one (a part of a stacked product).
+struct LargeMatrix<'m, T: Float> {
+    w: &'m Packed<T>,
+    c0: usize,
+    n: usize,
+}
+
+impl<'m, T: Float> LargeMatrix<'m, T> {
+    fn whole(w: &'m Packed<T>) -> Self {
+        LargeMatrix {
+            w,
+            c0: 0,
+            n: w.cols(),
+        }
+    }
+
+    /// The columns of `w` from `c0` that hold the tensor `spec`.
+    fn of(w: &'m Packed<T>, c0: usize, spec: &LinearSpec) -> Large<'m, T> {
+        Large::Matrix(LargeMatrix {
+            w,
+            c0,
+            n: spec.k_n().1,
+        })
+    }
+
+    /// The matrix's bytes, or a part's share by its columns.
+    fn nbytes(&self) -> usize {
+        let cols = self.w.cols().max(1);
+        self.w.nbytes() / cols * self.n
+            + if self.n == cols {
+                self.w.nbytes() % cols
+            } else {
+                0
+            }
+    }
 }
 
 /// What a call to [`Model::run`] asks for.
@@ -183,12 +230,13 @@ impl<T: Float> Model<T> {
     }
 
     /// Build with the weight matrices (the LM head included) and the embedding tables stored
-    /// as `format`; biases and LayerNorm parameters stay in `T`. A 16-bit model's large tensors
-    /// come from `fetch` as 16-bit patterns when it has them (one at a time, so no
-    /// full-precision copy of the model need exist), else from `weights`, rounded to the
-    /// format (round to nearest even). Either way the model computes exactly what the `T`
-    /// model with those weights rounded and widened back computes. Biases and norm
-    /// parameters stay in `T`.
+    /// as `format` (a block format keeps the position table in `T`); biases and norm
+    /// parameters stay in `T`. The large tensors come from `fetch` as the source stores them
+    /// when it has them ([`Fetched`]: 16-bit patterns, a block format's file blocks, float32
+    /// values, or "kept in `T`"; one at a time, so no full-precision copy of the model need
+    /// exist), else from `weights`, rounded or quantized to the format (round to nearest even;
+    /// ggml's reference quantizers). Either way the model computes exactly what the `T` model
+    /// with the values it stores (rounded, or quantized and dequantized) computes.
     pub fn with_format(
         cfg: Config,
         weights: &HashMap<String, Tensor<'_, T>>,
@@ -268,6 +316,95 @@ impl<T: Float> Model<T> {
     /// How the weight matrices and embedding tables are stored.
     pub fn weight_format(&self) -> WeightFormat {
         self.format
+    }
+
+    /// The large tensors as the model holds them, under their names: the embedding tables, the
+    /// blocks' matrices and the head (`lm_head.weight`, also when it is the token embedding's
+    /// transpose, packed of its own). The parts of a stacked product (Llama's Q, K, V) are
+    /// its columns `c0 .. c0 + n`.
+    fn large_tensors(&self) -> Vec<(&str, Large<'_, T>)> {
+        let layout = &self.layout;
+        let mut out = vec![(layout.wte.name.as_str(), Large::Table(&self.embedding.wte))];
+        if let (PositionSpec::Learned(s), Added::Learned(t)) =
+            (&layout.positions, &self.embedding.positions)
+        {
+            out.push((s.name.as_str(), Large::Table(t)));
+        }
+        for (blk, spec) in self.blocks.iter().zip(&layout.blocks) {
+            match &spec.attn.qkv {
+                QkvSpec::Fused(l) => out.push((
+                    l.weight.name.as_str(),
+                    LargeMatrix::of(&blk.attn.qkv.w, 0, l),
+                )),
+                QkvSpec::Stacked(parts) => {
+                    let mut c0 = 0;
+                    for p in parts {
+                        out.push((
+                            p.weight.name.as_str(),
+                            LargeMatrix::of(&blk.attn.qkv.w, c0, p),
+                        ));
+                        c0 += p.k_n().1;
+                    }
+                }
+            }
+            out.push((
+                spec.attn.out.weight.name.as_str(),
+                LargeMatrix::of(&blk.attn.proj.w, 0, &spec.attn.out),
+            ));
+            match (&blk.mlp, &spec.mlp) {
+                (Mlp::Gelu { fc, proj }, MlpSpec::Gelu { fc: sf, proj: sp }) => {
+                    out.push((sf.weight.name.as_str(), LargeMatrix::of(&fc.w, 0, sf)));
+                    out.push((sp.weight.name.as_str(), LargeMatrix::of(&proj.w, 0, sp)));
+                }
+                (
+                    Mlp::SwiGlu { gate, up, down },
+                    MlpSpec::SwiGlu {
+                        gate: sg,
+                        up: su,
+                        down: sd,
+                    },
+                ) => {
+                    out.push((sg.weight.name.as_str(), LargeMatrix::of(&gate.w, 0, sg)));
+                    out.push((su.weight.name.as_str(), LargeMatrix::of(&up.w, 0, su)));
+                    out.push((sd.weight.name.as_str(), LargeMatrix::of(&down.w, 0, sd)));
+                }
+                _ => unreachable!("an MLP is held as its spec says"),
+            }
+        }
+        out.push((
+            "lm_head.weight",
+            Large::Matrix(LargeMatrix::whole(&self.head)),
+        ));
+        out
+    }
+
+    /// Each large tensor's name, the format it is held in and the bytes it takes (see
+    /// [`Model::nbytes`] for the total; the parts of a stacked product share its bytes by
+    /// their columns).
+    pub fn stored_tensors(&self) -> Vec<(String, WeightFormat, usize)> {
+        self.large_tensors()
+            .into_iter()
+            .map(|(name, t)| match t {
+                Large::Table(t) => (name.to_string(), t.format(), t.nbytes()),
+                Large::Matrix(m) => (name.to_string(), m.w.format(), m.nbytes()),
+            })
+            .collect()
+    }
+
+    /// The file blocks of the tensor `name` when the model holds it in a block format: a run
+    /// of blocks along K for each output of a matrix (each column of a `(k, n)` matrix, each
+    /// row of an `(n, k)` one; each row of a table and of `lm_head.weight`), see
+    /// [`crate::formats::block`]; `None` otherwise.
+    pub fn stored_blocks(&self, name: &str) -> Option<(WeightFormat, Vec<u8>)> {
+        let (_, t) = self.large_tensors().into_iter().find(|(n, _)| *n == name)?;
+        match t {
+            Large::Table(t) => Some((t.format(), t.blocks()?)),
+            Large::Matrix(m) => {
+                let all = m.w.blocks()?;
+                let run = all.len() / m.w.cols().max(1);
+                Some((m.w.format(), all[m.c0 * run..(m.c0 + m.n) * run].to_vec()))
+            }
+        }
     }
 
     /// An empty cache for `batch` sequences: `n_kv_heads` key/value heads per layer and

@@ -1,16 +1,21 @@
 //! The registration of the storage formats ([`for_each_stored_format!`], the one place that
 //! lists them) and the formats as values known by name ([`StoredFormat`], [`WeightFormat`]).
 
+use super::block::{BlockCodec, BlockFormat};
 use super::format::{Bits16, StorageFormat};
 
 /// Calls macro `$m` with every storage format below the compute types, once: the one
 /// registration of a format (see the module documentation). Each entry is
-/// `type => name of the kernel families' method for it`.
+/// `type => name of the kernel families' method for it in kind`, the kind saying how the
+/// format stores its weights: `values` (one unit a value, a [`super::ValueFormat`]) or
+/// `blocks` (a [`super::BlockFormat`]).
 macro_rules! for_each_stored_format {
     ($m:ident) => {
         $m! {
-            $crate::formats::Bf16 => bf16,
-            $crate::formats::F16 => f16,
+            $crate::formats::Bf16 => bf16 in values,
+            $crate::formats::F16 => f16 in values,
+            $crate::formats::Q8_0 => q8_0 in blocks,
+            $crate::formats::Q4_0 => q4_0 in blocks,
         }
     };
 }
@@ -21,14 +26,28 @@ pub(crate) use for_each_stored_format;
 pub struct StoredFormat {
     name: &'static str,
     bits16: Option<Bits16>,
+    block_k: usize,
+    blocks: Option<BlockCodec>,
 }
 
 impl StoredFormat {
-    /// The entry of format `W`.
-    const fn of<W: StorageFormat>() -> StoredFormat {
+    /// The entry of format `W`, a format of single values.
+    const fn values<W: StorageFormat>() -> StoredFormat {
         StoredFormat {
             name: W::FORMAT_NAME,
             bits16: W::BITS16,
+            block_k: W::BLOCK_K,
+            blocks: None,
+        }
+    }
+
+    /// The entry of block format `W`.
+    const fn blocks<W: BlockFormat>() -> StoredFormat {
+        StoredFormat {
+            name: W::FORMAT_NAME,
+            bits16: None,
+            block_k: W::BLOCK_K,
+            blocks: Some(BlockCodec::of::<W>()),
         }
     }
 
@@ -41,12 +60,23 @@ impl StoredFormat {
         self.bits16
     }
 
+    /// The quantizer and the file layout, for a block format.
+    pub fn block_codec(self) -> Option<BlockCodec> {
+        self.blocks
+    }
+
+    /// Depth steps one block of the format covers: 1 for a format of single values, 32 for
+    /// `q8_0` and `q4_0` (see [`StorageFormat::BLOCK_K`]).
+    pub fn block_k(self) -> usize {
+        self.block_k
+    }
+
     /// Every registered format, in registration order.
     pub fn all() -> &'static [StoredFormat] {
         macro_rules! list {
-            ($($W:ty => $method:ident),* $(,)?) => {
+            ($($W:ty => $method:ident in $kind:ident),* $(,)?) => {
                 {
-                    static ALL: &[StoredFormat] = &[$(StoredFormat::of::<$W>()),*];
+                    static ALL: &[StoredFormat] = &[$(StoredFormat::$kind::<$W>()),*];
                     ALL
                 }
             };
@@ -101,12 +131,14 @@ mod tests {
     #[test]
     fn the_registry_lists_every_format_once() {
         let names: Vec<&str> = StoredFormat::all().iter().map(|f| f.name()).collect();
-        assert_eq!(names, ["bfloat16", "float16"]);
+        assert_eq!(names, ["bfloat16", "float16", "q8_0", "q4_0"]);
+        let blocks: Vec<usize> = StoredFormat::all().iter().map(|f| f.block_k()).collect();
+        assert_eq!(blocks, [1, 1, 32, 32]);
         for f in StoredFormat::all() {
             assert_eq!(StoredFormat::named(f.name()), Some(*f));
             assert_eq!(WeightFormat::named(f.name()).unwrap().name(), f.name());
         }
-        for bad in ["full", "float32", "BFLOAT16", "", "q8_0"] {
+        for bad in ["full", "float32", "BFLOAT16", "", "Q8_0", "q4_1"] {
             assert!(WeightFormat::named(bad).is_none(), "{bad}");
         }
         let x = [
@@ -116,6 +148,7 @@ mod tests {
             65520.0,
             f32::MIN_POSITIVE,
         ];
+        assert!(StoredFormat::named("q8_0").unwrap().bits16().is_none());
         for (f, round, widen) in [
             (
                 "bfloat16",

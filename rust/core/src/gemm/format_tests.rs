@@ -254,3 +254,101 @@ fn a_block_format_runs_through_the_loops() {
     }
     threads::set_num_threads(before).unwrap();
 }
+
+/// B (k x n) in block format `W`: quantized from values of mixed magnitudes along K, packed
+/// from its file blocks; and its dequantized values, from the file blocks by the format's
+/// definition (independently of the panels).
+fn block_b<W: crate::formats::BlockFormat>(
+    rng: &mut rand::rngs::StdRng,
+    k: usize,
+    n: usize,
+) -> (PackedB<W>, Vec<f32>) {
+    use crate::formats::block::{quantize, widen_row, QK};
+    let b: Vec<f32> = (0..k * n)
+        .map(|_| rng.gen_range(-1.0f32..1.0) * 2f32.powi(rng.gen_range(-12..3)))
+        .collect();
+    let blocks = quantize::<W, f32>(MatRef::from_slice(&b, k, n)).unwrap();
+    let run = k.div_ceil(QK) * W::FILE_BLOCK_BYTES;
+    let mut want = vec![0f32; k * n];
+    let mut col = vec![0f32; k];
+    for j in 0..n {
+        widen_row::<W, f32>(&blocks[j * run..(j + 1) * run], &mut col);
+        for i in 0..k {
+            want[i * n + j] = col[i];
+        }
+    }
+    let packed = super::pack_blocks::pack::<W>(&blocks, k, n).unwrap();
+    // Packing moves the blocks: unpacking gives them back, byte for byte.
+    assert!(super::pack_blocks::unpack(&packed) == blocks, "k={k} n={n}");
+    (packed, want)
+}
+
+/// Every family's kernels against B in each block format give the bits of the reference
+/// product with the dequantized B: row counts 1 to 13 and more (tile edges, the wide kernel's
+/// 1-3, several row tiles, the chunked few-rows path), partial panels and the wide kernel's
+/// four, depth of one step, short last blocks, several depth blocks; 1 to 3 threads.
+#[test]
+fn block_format_kernels_match_reference_on_dequantized_values() {
+    fn shapes<W: crate::formats::BlockFormat>(seed: u64)
+    where
+        f32: KernelsFor<W>,
+    {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let kc = f32::KC_MAX;
+        for &k in &[1, 7, 32, 33, 69, kc, kc + 5, 2 * kc + 40] {
+            for &n in &[1, 17, 32, 33, 128, 130, 200] {
+                let (packed, bw) = block_b::<W>(&mut rng, k, n);
+                assert!(packed.unpack_widened::<f32>() == bw);
+                for &m in &[1, 2, 3, 4, 5, 8, 11, 12, 13, 25, 40] {
+                    let a: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+                    let av = MatRef::from_slice(&a, m, k);
+                    let mut want = vec![0.0f32; m * n];
+                    gemm_reference(av, MatRef::from_slice(&bw, k, n), &mut want);
+                    let ldc = n + 3;
+                    for kernel in available() {
+                        let mut c = vec![f32::from_bits(0x7fc0_1234); (m + 1) * ldc];
+                        gemm_packed(av, &packed, &mut c, ldc, &Options::with_kernel(kernel));
+                        let what = format!("{} {kernel:?} k={k}", W::FORMAT_NAME);
+                        assert_product(&c, &want, m, n, ldc, &what);
+                    }
+                }
+            }
+        }
+    }
+    let before = threads::num_threads();
+    for t in 1..=3 {
+        threads::set_num_threads(t).unwrap();
+        shapes::<crate::formats::Q8_0>(30 + t as u64);
+        shapes::<crate::formats::Q4_0>(40 + t as u64);
+    }
+    // Large enough for the parallel path and the few-rows chunks (two thread counts).
+    fn large<W: crate::formats::BlockFormat>(
+        rng: &mut rand::rngs::StdRng,
+        m: usize,
+        k: usize,
+        n: usize,
+    ) where
+        f32: KernelsFor<W>,
+    {
+        let (packed, bw) = block_b::<W>(rng, k, n);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+        let av = MatRef::from_slice(&a, m, k);
+        let mut want = vec![0.0f32; m * n];
+        gemm_reference(av, MatRef::from_slice(&bw, k, n), &mut want);
+        for kernel in available() {
+            let mut c = vec![f32::from_bits(0x7fc0_1234); (m + 1) * n];
+            gemm_packed(av, &packed, &mut c, n, &Options::with_kernel(kernel));
+            let what = format!("{} {kernel:?} {m}x{k}x{n}", W::FORMAT_NAME);
+            assert_product(&c, &want, m, n, n, &what);
+        }
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    for t in [1, 2] {
+        threads::set_num_threads(t).unwrap();
+        for (m, k, n) in [(8, 768, 520), (1, 1000, 700), (40, 300, 264), (100, 96, 64)] {
+            large::<crate::formats::Q8_0>(&mut rng, m, k, n);
+            large::<crate::formats::Q4_0>(&mut rng, m, k, n);
+        }
+    }
+    threads::set_num_threads(before).unwrap();
+}

@@ -18,6 +18,7 @@ mod buffers;
 mod loops;
 mod options;
 pub mod pack;
+pub mod pack_blocks;
 mod reference;
 mod slabs;
 mod source;

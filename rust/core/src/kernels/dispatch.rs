@@ -229,7 +229,7 @@ impl<T: HasKernels> KernelsFor<T> for T {
 /// for it, float64 against it with the portable ones (the decoder's float64 reference path
 /// with stored weights: exact, not tuned).
 macro_rules! kernels_for_stored_formats {
-    ($($W:ty => $method:ident),* $(,)?) => {
+    ($($W:ty => $method:ident in $kind:ident),* $(,)?) => {
         $(
             impl KernelsFor<$W> for f32 {
                 fn kernels_for(k: Kernel) -> GemmKernels<f32, $W> {

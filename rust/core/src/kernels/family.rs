@@ -6,7 +6,7 @@ use super::probe::Probe;
 
 /// The methods of [`Family`] for the stored formats (see [`crate::formats`]).
 macro_rules! stored_format_methods {
-    ($($W:ty => $method:ident),* $(,)?) => {$(
+    ($($W:ty => $method:ident in $kind:ident),* $(,)?) => {$(
         #[doc = concat!(
             "float32 A and C against B stored as [`", stringify!($W), "`]: the portable ",
             "kernels unless the family has its own."

@@ -1,7 +1,9 @@
 //! The AVX2+FMA family: 6 x 16 (f32) and 6 x 8 (f64) tiles (two half-panels of 12
-//! accumulators), wide and stream kernels, the 6- and 12-row A packers, and AVX2 code
+//! accumulators), wide and stream kernels, the 6- and 12-row A packers, the float32 tile
+//! kernel against 16-bit B (`widen16.rs`) and block formats (`blocks.rs`), and AVX2 code
 //! generation for the generic element-wise code.
 
+mod blocks;
 mod gemm;
 pub(super) mod pack;
 mod peak;
@@ -9,7 +11,7 @@ mod widen16;
 
 use super::contract::GemmKernels;
 use super::family::Family;
-use crate::formats::{Bf16, F16};
+use crate::formats::{Bf16, F16, Q4_0, Q8_0};
 
 pub(super) struct Avx2;
 
@@ -73,6 +75,40 @@ impl Family for Avx2 {
         GemmKernels {
             mr: widen16::MR,
             tile: widen16::tile_f16,
+            tile_copies: false,
+            tile_prefetches: true,
+            wide: None,
+            stream: None,
+            pack_a_panel: Some(pack::pack_rows_f32::<6>),
+            fetch_next_a: true,
+        }
+    }
+
+    /// Block formats need F16C for their scales (every AVX2 CPU known has it); without it,
+    /// the portable kernels.
+    fn q8_0() -> GemmKernels<f32, Q8_0> {
+        if !std::arch::is_x86_feature_detected!("f16c") {
+            return super::portable::stored_kernels();
+        }
+        GemmKernels {
+            mr: blocks::MR,
+            tile: blocks::tile_q8_0,
+            tile_copies: false,
+            tile_prefetches: true,
+            wide: None,
+            stream: None,
+            pack_a_panel: Some(pack::pack_rows_f32::<6>),
+            fetch_next_a: true,
+        }
+    }
+
+    fn q4_0() -> GemmKernels<f32, Q4_0> {
+        if !std::arch::is_x86_feature_detected!("f16c") {
+            return super::portable::stored_kernels();
+        }
+        GemmKernels {
+            mr: blocks::MR,
+            tile: blocks::tile_q4_0,
             tile_copies: false,
             tile_prefetches: true,
             wide: None,

@@ -1,13 +1,16 @@
 //! The AVX-512F family: 12 x 32 (f32) and 12 x 16 (f64) tiles, wide and stream kernels, the
-//! 12-row A packer (shared with the AVX2 family), and AVX-512 code generation for the generic element-wise code.
+//! 12-row A packer (shared with the AVX2 family), the float32 tile and wide kernels against
+//! 16-bit B (`widen16.rs`) and block formats (`blocks.rs`), and AVX-512 code generation for
+//! the generic element-wise code.
 
+mod blocks;
 mod gemm;
 mod peak;
 mod widen16;
 
 use super::contract::GemmKernels;
 use super::family::Family;
-use crate::formats::{Bf16, F16};
+use crate::formats::{Bf16, F16, Q4_0, Q8_0};
 
 pub(super) struct Avx512;
 
@@ -62,6 +65,32 @@ impl Family for Avx512 {
             tile_copies: false,
             tile_prefetches: false,
             wide: Some(widen16::wide_f16),
+            stream: None,
+            pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
+            fetch_next_a: false,
+        }
+    }
+
+    fn q8_0() -> GemmKernels<f32, Q8_0> {
+        GemmKernels {
+            mr: blocks::MR,
+            tile: blocks::tile_q8_0,
+            tile_copies: false,
+            tile_prefetches: true,
+            wide: Some(blocks::wide_q8_0),
+            stream: None,
+            pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
+            fetch_next_a: false,
+        }
+    }
+
+    fn q4_0() -> GemmKernels<f32, Q4_0> {
+        GemmKernels {
+            mr: blocks::MR,
+            tile: blocks::tile_q4_0,
+            tile_copies: false,
+            tile_prefetches: true,
+            wide: Some(blocks::wide_q4_0),
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
             fetch_next_a: false,

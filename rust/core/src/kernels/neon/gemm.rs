@@ -29,7 +29,7 @@ pub const MR_F32: usize = 12;
 pub const MR_F64: usize = 12;
 
 #[inline(always)]
-unsafe fn fma_lane_f32(
+pub(super) unsafe fn fma_lane_f32(
     acc: float32x4_t,
     b: float32x4_t,
     a: float32x4_t,

@@ -1,14 +1,16 @@
 //! The NEON family (aarch64): 12 x 8 (f32) and 6 x 8 (f64) register blocks run over the
-//! panels, wide and stream kernels, the 12-row A packer, and the float32 tile and wide kernels
-//! against bfloat16 and float16 B. Generic element-wise code needs no separate context: NEON
+//! panels, wide and stream kernels, the 12-row A packer, the float32 tile and wide kernels
+//! against bfloat16 and float16 B, and the float32 tile kernels against block formats
+//! (`blocks.rs`). Generic element-wise code needs no separate context: NEON
 //! is part of aarch64's baseline, so plain code is already vectorised.
 
+mod blocks;
 mod gemm;
 mod peak;
 
 use super::contract::GemmKernels;
 use super::family::Family;
-use crate::formats::{Bf16, F16};
+use crate::formats::{Bf16, F16, Q4_0, Q8_0};
 
 pub(super) struct Neon;
 
@@ -63,6 +65,32 @@ impl Family for Neon {
             tile_copies: false,
             tile_prefetches: false,
             wide: Some(gemm::wide_f16),
+            stream: None,
+            pack_a_panel: Some(gemm::pack12_f32),
+            fetch_next_a: false,
+        }
+    }
+
+    fn q8_0() -> GemmKernels<f32, Q8_0> {
+        GemmKernels {
+            mr: gemm::MR_F32,
+            tile: blocks::kernel_q8_0,
+            tile_copies: false,
+            tile_prefetches: false,
+            wide: None,
+            stream: None,
+            pack_a_panel: Some(gemm::pack12_f32),
+            fetch_next_a: false,
+        }
+    }
+
+    fn q4_0() -> GemmKernels<f32, Q4_0> {
+        GemmKernels {
+            mr: gemm::MR_F32,
+            tile: blocks::kernel_q4_0,
+            tile_copies: false,
+            tile_prefetches: false,
+            wide: None,
             stream: None,
             pack_a_panel: Some(gemm::pack12_f32),
             fetch_next_a: false,
