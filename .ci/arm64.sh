@@ -18,7 +18,8 @@
 #                the aarch64 build offers
 #   7. neon-mix  the NEON tile kernels' inner loops read from the aarch64 test executable's
 #                disassembly (benches/neon_fmla_mix.py): no spill, bounded overhead a depth
-#                step; a kernel that stops meeting it fails the run
+#                step, one widening instruction a B vector against 16-bit B; a kernel that
+#                stops meeting it fails the run
 #
 # pytest args replace the default selection. Environment:
 #   ARM64_CACHE           cache directory (default /var/cache/gptcore-arm64); delete it to

@@ -113,6 +113,189 @@ fn stored_format_kernels_match_reference_on_widened_values() {
     threads::set_num_threads(before).unwrap();
 }
 
+/// Each family's kernels against 16-bit B called directly, against the contract's chain on the
+/// widened values: every row count of the tile, every column count of a panel, depths 0-9 and
+/// 17 (every remainder of an unrolled depth loop), from zero and continuing from C, in each
+/// panel layout a kernel may be handed (step by step, the rows of a wider B, two halves); with
+/// and without a prefetch run where the family's tile takes one; the wide kernel likewise
+/// against four panels. A's pad rows and B's columns past `cols` are NaN and C sits between
+/// sentinels, so a read or a write outside the tile shows. (The products above reach these
+/// kernels with panels packed step by step only.)
+#[test]
+fn value_format_kernels_called_directly_match_the_chain() {
+    use super::tests::{c_between_sentinels, Chain};
+    use crate::kernels::{CTile, PrefetchRun, TileArgs, TileAux, WideArgs, WIDE_ROWS};
+
+    fn check<H: Float16Format>(seed: u64)
+    where
+        f32: KernelsFor<H>,
+    {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        // Mixed magnitudes (float16's subnormals among them), so that every bit matters.
+        let mut values = |n: usize| -> Vec<H> {
+            (0..n)
+                .map(|_| {
+                    H::from_f32(rng.gen_range(-1.0f32..1.0) * 2f32.powi(rng.gen_range(-20..4)))
+                })
+                .collect()
+        };
+        let mut rng_a = rand::rngs::StdRng::seed_from_u64(seed + 1);
+        let mut random_a =
+            |n: usize| -> Vec<f32> { (0..n).map(|_| rng_a.gen_range(-2.0f32..2.0)).collect() };
+        let (nan, pad, sentinel) = (H::from_f32(f32::NAN), H::from_f32(0.25), -3.5f32);
+        let nr = H::PANEL_NR;
+        let h = nr / 2;
+        let ahead = vec![0u8; 64 * (3 * 17 + 2)];
+        for kernel in available() {
+            let spec = <f32 as KernelsFor<H>>::kernels_for(kernel);
+            let mr = spec.mr;
+            let name = H::FORMAT_NAME;
+            for prefetch in [false, true] {
+                if prefetch && !spec.tile_prefetches {
+                    continue;
+                }
+                for kc in (0..=9).chain([17]) {
+                    for (ldb, hoff) in [(nr, h), (4 * nr + 5, h), (h, kc * h)] {
+                        let at = |kk: usize, j: usize| (j / h) * hoff + kk * ldb + j % h;
+                        let mut b = values(hoff + kc * ldb + 4 * nr);
+                        let a_full = random_a(kc * mr);
+                        for rows in 1..=mr {
+                            let mut a = a_full.clone();
+                            for kk in 0..kc {
+                                a[kk * mr + rows..(kk + 1) * mr].fill(f32::NAN);
+                            }
+                            for cols in 1..=nr {
+                                for kk in 0..kc {
+                                    for j in cols..nr {
+                                        b[at(kk, j)] = nan;
+                                    }
+                                }
+                                for accumulate in [false, true] {
+                                    let ldc = nr + 3;
+                                    let c0 = random_a(rows * cols);
+                                    let mut c = c_between_sentinels(&c0, rows, cols, ldc, sentinel);
+                                    let args = TileArgs {
+                                        rows,
+                                        cols,
+                                        kc,
+                                        a: a.as_ptr(),
+                                        b: BPanel {
+                                            ptr: b.as_ptr(),
+                                            ldb,
+                                            hoff,
+                                        },
+                                        c: CTile {
+                                            ptr: unsafe { c.as_mut_ptr().add(ldc) },
+                                            ldc,
+                                        },
+                                        accumulate,
+                                    };
+                                    let aux = TileAux {
+                                        copy_to: None,
+                                        prefetch: prefetch.then_some(PrefetchRun {
+                                            ptr: ahead.as_ptr(),
+                                            lines: (rows * 5 + cols) % (3 * kc + 3),
+                                        }),
+                                    };
+                                    unsafe { (spec.tile)(&args, &aux) };
+                                    let chain = Chain {
+                                        a: &a,
+                                        mr,
+                                        kc,
+                                        c0: accumulate.then_some(&c0[..]),
+                                        sentinel,
+                                    };
+                                    chain.check(
+                                        &c,
+                                        rows,
+                                        cols,
+                                        ldc,
+                                        |kk, j| b[at(kk, j)].to_f32(),
+                                        || {
+                                            format!(
+                                                "{name} {kernel:?} rows={rows} cols={cols} \
+                                                 kc={kc} ldb={ldb} hoff={hoff} \
+                                                 acc={accumulate} prefetch={prefetch}"
+                                            )
+                                        },
+                                    );
+                                }
+                                // The columns back to values for the next width.
+                                for kk in 0..kc {
+                                    for j in cols..nr {
+                                        b[at(kk, j)] = pad;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let Some(wide) = spec.wide else { continue };
+            for kc in (0..=9).chain([17]) {
+                // Four panels one after the other, step by step or in halves, or side by side
+                // in the rows of a wider B.
+                for (ldb, hoff, bstride) in
+                    [(nr, h, kc * nr), (h, kc * h, kc * nr), (4 * nr + 5, h, nr)]
+                {
+                    let at = |kk: usize, j: usize| (j / h) * hoff + kk * ldb + j % h;
+                    let b = values(3 * bstride + hoff + kc * ldb + nr);
+                    let bat = |kk: usize, j: usize| b[(j / nr) * bstride + at(kk, j % nr)].to_f32();
+                    let a_full = random_a(kc * mr);
+                    for rows in 1..=WIDE_ROWS {
+                        let mut a = a_full.clone();
+                        for kk in 0..kc {
+                            a[kk * mr + rows..(kk + 1) * mr].fill(f32::NAN);
+                        }
+                        for cols_last in 1..=nr {
+                            let cols = 3 * nr + cols_last;
+                            for accumulate in [false, true] {
+                                let ldc = 4 * nr + 2;
+                                let c0 = random_a(rows * cols);
+                                let mut c = c_between_sentinels(&c0, rows, cols, ldc, sentinel);
+                                let args = WideArgs {
+                                    rows,
+                                    cols_last,
+                                    kc,
+                                    a: a.as_ptr(),
+                                    b: BPanel {
+                                        ptr: b.as_ptr(),
+                                        ldb,
+                                        hoff,
+                                    },
+                                    bstride,
+                                    c: CTile {
+                                        ptr: unsafe { c.as_mut_ptr().add(ldc) },
+                                        ldc,
+                                    },
+                                    accumulate,
+                                };
+                                unsafe { wide(&args) };
+                                let chain = Chain {
+                                    a: &a,
+                                    mr,
+                                    kc,
+                                    c0: accumulate.then_some(&c0[..]),
+                                    sentinel,
+                                };
+                                chain.check(&c, rows, cols, ldc, bat, || {
+                                    format!(
+                                        "{name} {kernel:?} wide rows={rows} \
+                                         cols_last={cols_last} kc={kc} ldb={ldb} \
+                                         acc={accumulate}"
+                                    )
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    check::<Bf16>(61);
+    check::<F16>(63);
+}
+
 #[test]
 fn packing_16_bit_values_round_trips_and_pads_with_zero() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);

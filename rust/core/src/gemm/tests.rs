@@ -637,7 +637,7 @@ fn column_chunks_of_a_large_b_match_reference() {
 /// C for a kernel called directly: `rows` rows of `cols` starting values `c0`, `ldc` apart,
 /// with a row of `sentinel` before and after and `sentinel` past column `cols`; the kernel
 /// gets the buffer from its second row on.
-fn c_between_sentinels<T: Element>(
+pub(super) fn c_between_sentinels<T: Element>(
     c0: &[T],
     rows: usize,
     cols: usize,
@@ -653,18 +653,18 @@ fn c_between_sentinels<T: Element>(
 
 /// The contract's chain for a kernel called directly: packed A (`mr` values per depth step),
 /// `kc` steps, C starting from `c0` (or zero).
-struct Chain<'a, T> {
-    a: &'a [T],
-    mr: usize,
-    kc: usize,
-    c0: Option<&'a [T]>,
-    sentinel: T,
+pub(super) struct Chain<'a, T> {
+    pub(super) a: &'a [T],
+    pub(super) mr: usize,
+    pub(super) kc: usize,
+    pub(super) c0: Option<&'a [T]>,
+    pub(super) sentinel: T,
 }
 
 impl<T: Element> Chain<'_, T> {
     /// Every value of `c` (made by [`c_between_sentinels`]) against the chain with B's value
     /// at (step, column) from `b_at`, bit for bit; the sentinels unchanged.
-    fn check(
+    pub(super) fn check(
         &self,
         c: &[T],
         rows: usize,

@@ -282,4 +282,62 @@ mod tests {
         assert_eq!(*Kernel::ALL.last().unwrap(), Kernel::Portable);
         assert!(Kernel::Portable.supported());
     }
+
+    /// The stored formats for which family `k` has kernels of its own (a tile kernel other
+    /// than the portable one), and those among them with a wide kernel too.
+    fn own_formats(k: Kernel) -> (Vec<&'static str>, Vec<&'static str>) {
+        macro_rules! own {
+            ($($W:ty => $method:ident in $kind:ident),* $(,)?) => {{
+                let (mut own, mut wide) = (Vec::new(), Vec::new());
+                $(
+                    let name = <$W as crate::formats::StorageFormat>::FORMAT_NAME;
+                    let ours = <f32 as KernelsFor<$W>>::kernels_for(k);
+                    let portable = f32::portable_kernels::<$W>();
+                    if ours.tile as usize != portable.tile as usize {
+                        own.push(name);
+                        if ours.wide.is_some() {
+                            wide.push(name);
+                        }
+                    }
+                )*
+                (own, wide)
+            }};
+        }
+        for_each_stored_format!(own)
+    }
+
+    /// Every vector family this CPU runs has kernels of its own for every stored format (the
+    /// AVX2 family needs F16C for them), so that the sweeps over `available()` in the products'
+    /// tests run them; and the families with a wide kernel against float32 B (AVX-512, NEON)
+    /// have one against 16-bit B too.
+    #[test]
+    fn vector_families_have_kernels_of_their_own_for_every_format() {
+        let all: Vec<&str> = crate::formats::StoredFormat::all()
+            .iter()
+            .map(|f| f.name())
+            .collect();
+        for k in available() {
+            let (own, wide) = own_formats(k);
+            #[cfg(target_arch = "x86_64")]
+            let has_own = match k {
+                Kernel::Avx2 => std::arch::is_x86_feature_detected!("f16c"),
+                _ => k != Kernel::Portable,
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let has_own = k != Kernel::Portable;
+            if has_own {
+                assert_eq!(own, all, "{k:?}");
+            } else if k == Kernel::Portable {
+                assert!(own.is_empty(), "{own:?}");
+            }
+            if matches!(k, Kernel::Avx512 | Kernel::Neon) {
+                assert!(
+                    ["bfloat16", "float16"].iter().all(|f| wide.contains(f)),
+                    "{k:?}: {wide:?}"
+                );
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        assert!(available().contains(&Kernel::Neon));
+    }
 }
