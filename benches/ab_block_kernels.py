@@ -35,8 +35,7 @@ K, N = 768, 3072
 FORMATS = ("q8_0", "q4_0")
 
 
-def worker(path: str, mib: int) -> None:
-    sys.path.insert(0, path)
+def worker(mib: int) -> None:
     import gptcore
     import numpy as np
 
@@ -87,15 +86,23 @@ def main() -> None:
     }
     workers = {}
     for name, path, extra in (("old", args.old, args.env_old), ("new", args.new, args.env_new)):
-        env = dict(base, **dict(kv.split("=", 1) for kv in extra))
+        # The worker imports the build installed in `path` (never the source tree).
+        env = dict(base, **dict(kv.split("=", 1) for kv in extra), PYTHONPATH=os.path.abspath(path))
         workers[name] = subprocess.Popen(
-            [sys.executable, __file__, "--worker", path, str(args.mib)],
+            [sys.executable, os.path.abspath(__file__), "--worker", str(args.mib)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             env=env,
+            cwd="/",
         )
-        print(f"{name}: {json.loads(workers[name].stdout.readline())['ready']}")
+        line = workers[name].stdout.readline()
+        if not line:
+            raise SystemExit(f"the worker for {path} stopped (see its error above)")
+        imported = json.loads(line)["ready"]
+        if not imported.startswith(os.path.abspath(path)):
+            raise SystemExit(f"the worker for {path} imported gptcore from {imported}")
+        print(f"{name}: {imported}")
 
     def ask(name: str, case: dict) -> dict:
         w = workers[name]
@@ -141,6 +148,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], int(sys.argv[3]))
+        worker(int(sys.argv[2]))
     else:
         main()
