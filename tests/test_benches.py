@@ -22,7 +22,7 @@ SCRIPTS = sorted(p for p in BENCHES.glob("*.py") if not p.name.startswith("_"))
 ALL = sorted(BENCHES.glob("*.py"))
 #: Scripts whose worker processes get PYTHONPATH set to an installed build (``pip install
 #: --target DIR wheel``), never to the source tree: the A/B of two builds.
-INSTALLED_BUILDS_ON_PYTHONPATH = {"ab_builds.py"}
+INSTALLED_BUILDS_ON_PYTHONPATH = {"ab_builds.py", "ab_block_kernels.py"}
 
 
 def test_the_scripts_are_found():

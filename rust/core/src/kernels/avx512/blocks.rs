@@ -24,7 +24,7 @@ pub const MR: usize = 12;
 /// Software prefetch distance of the tile kernel's panel, in bytes ahead of the step being
 /// read: two blocks of `q8_0` (2 KiB), nearly four of `q4_0`, for a tile of a few rows
 /// (decode, B streamed from memory once); a full 12-row tile (a larger product, the panel
-/// read from L2 once per tile): [`PF_FULL`]. The wide kernel fetches one block ahead.
+/// read from L2 once per tile): [`PF_FULL`]. The wide kernel fetches one and two blocks ahead.
 const PF_FEW: usize = 2176;
 const PF_FULL: usize = 1088;
 
@@ -186,6 +186,7 @@ macro_rules! avx512_blocks {
                     }
                 }
             }
+            let blocks = kc.div_ceil(QK);
             let mut ap = a;
             let mut blk = b;
             let mut left = kc;
@@ -211,15 +212,32 @@ macro_rules! avx512_blocks {
                 };
                 if left >= QK {
                     // A cache line of each panel's stream every 64 bytes of steps (and the
-                    // block's last line with the first), one block ahead (closer and farther
-                    // both read slower: benches/JOURNAL.md).
+                    // block's last line with the first): into L1 one block ahead, into L2 two
+                    // blocks ahead (benches/JOURNAL.md). Past the panel's end the stream goes
+                    // on in the panel four on: the loops hand this kernel a depth block's
+                    // panels four at a time, consecutive `bstride` apart, so the next call's
+                    // first blocks arrive during this call's last ones. Only a hint: an address
+                    // past the packed matrix is never read and a prefetch does not fault.
+                    let cur = (kc - left) / QK;
+                    let stream = |q: usize, dist: usize| {
+                        let t = cur + dist;
+                        if t < blocks {
+                            b.wrapping_add(q * bstride + t * ldb)
+                        } else {
+                            b.wrapping_add((4 + q) * bstride + (t - blocks) * ldb)
+                        }
+                    };
+                    let near = [stream(0, 1), stream(1, 1), stream(2, 1), stream(3, 1)];
+                    let far = [stream(0, 2), stream(1, 2), stream(2, 2), stream(3, 2)];
                     const U: usize = 64 / <$W as BlockFormat>::STEP_BYTES;
                     for g in 0..QK / U {
                         for q in 0..4 {
-                            let ahead = blk.wrapping_add(q * bstride + ldb + g * 64);
-                            _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                            let (l1, l2) = (near[q].wrapping_add(g * 64), far[q].wrapping_add(g * 64));
+                            _mm_prefetch::<_MM_HINT_T0>(l1 as *const i8);
+                            _mm_prefetch::<_MM_HINT_T1>(l2 as *const i8);
                             if g == 0 {
-                                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(ldb - 64) as *const i8);
+                                _mm_prefetch::<_MM_HINT_T0>(l1.wrapping_add(ldb - 64) as *const i8);
+                                _mm_prefetch::<_MM_HINT_T1>(l2.wrapping_add(ldb - 64) as *const i8);
                             }
                         }
                         for u in 0..U {
