@@ -151,7 +151,10 @@ class ServerProcess:
             line = self.proc.stdout.readline()
             m = re.search(r"at (http://\S+) ", line)
             if not m:
-                raise RuntimeError(f"{label} did not start: {line!r}")
+                self.proc.wait(timeout=30)
+                self.log.seek(0)
+                err = self.log.read().decode(errors="replace").strip().splitlines()[-5:]
+                raise RuntimeError(f"{label} did not start: {line!r}; its last lines: {err}")
             self.url = m.group(1)
         self.wait_ready()
 
