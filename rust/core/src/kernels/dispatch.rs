@@ -179,7 +179,7 @@ impl Kernel {
     }
 
     /// Whether B panels packed for this kernel are stored as two halves where the value type
-    /// allows them (float32, float64): see [`crate::gemm::PackedB`].
+    /// allows them (float32, float64): the gemm loops' `PackedB` says how.
     pub fn half_panels(self) -> bool {
         with_family!(self, F => F::HALF_PANELS)
     }

@@ -22,7 +22,7 @@ pub(super) trait Family {
     /// Whether this CPU can run the family's code.
     fn supported() -> bool;
     /// Whether float32 and float64 B panels packed for this family are stored as two halves
-    /// (see [`crate::gemm::PackedB`]): for a tile whose strips read half a panel's step each.
+    /// (the gemm loops' `PackedB` packs them): for a tile whose strips read half a panel's step each.
     /// Every family reads both layouts, with the same bits.
     const HALF_PANELS: bool = false;
     fn gemm_f32() -> GemmKernels<f32>;
