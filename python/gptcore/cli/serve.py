@@ -7,12 +7,19 @@ did, 1 when some had to be cut off). See the Serving page of the docs."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
 
-from ._common import Fail, add_model_options, apply_threads, load_text_model, positive
+from ._common import (
+    Fail,
+    add_model_options,
+    apply_threads,
+    load_text_model,
+    nonnegative_float,
+    nonnegative_int,
+    positive,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -27,26 +34,6 @@ def _port(text: str) -> int:
     return v
 
 
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {text!r}") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"expected seconds (a finite number >= 0), got {text}")
-    return v
-
-
-def _queue(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
-
-
 def add_parser(sub) -> argparse.ArgumentParser:
     cmd = sub.add_parser("serve", help="serve a model through the OpenAI API (continuous batching)",
                          description="Serve MODEL (a folder or file gptcore.load reads, with a tokenizer) through "
@@ -57,14 +44,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
     cmd.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     cmd.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free one)")
     cmd.add_argument("--max-batch", type=positive, default=8, help="most sequences in one step (default 8)")
-    cmd.add_argument("--max-queue", type=_queue, default=64,
+    cmd.add_argument("--max-queue", type=nonnegative_int, default=64,
                      help="most sequences waiting for a place in the batch; beyond, 503 (default 64)")
     cmd.add_argument("--prefill-chunk", type=positive, default=128,
                      help="most prompt tokens fed in one step (default 128)")
     cmd.add_argument("--api-key", default=None,
                      help="require 'Authorization: Bearer KEY' on /v1 routes (default: the environment variable "
                      "GPTCORE_API_KEY when set, which, unlike an argument, other users cannot read in ps)")
-    cmd.add_argument("--grace", type=_seconds, default=30.0,
+    cmd.add_argument("--grace", type=nonnegative_float, default=30.0,
                      help="seconds the requests in flight may take to finish after SIGTERM (default 30)")
     cmd.add_argument("--model-name", default=None, help="the model id clients name (default: MODEL's base name)")
     add_model_options(cmd)
