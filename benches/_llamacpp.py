@@ -43,22 +43,27 @@ def import_llama_cpp():
     return (llama_cpp, gguf), None
 
 
-def byte_level_vocab(n_vocab: int) -> tuple[list[str], list[int], list[str]]:
-    """(tokens, token types, merges) of a synthetic byte-level BPE vocabulary of ``n_vocab``
-    tokens: 256 byte symbols, ``n_vocab - 257`` merges of two byte symbols, and a final
-    ``<|endoftext|>`` control token."""
-    if n_vocab < 257 or n_vocab - 257 > 256 * 256:
-        raise ValueError(f"n_vocab: expected 257..{257 + 256 * 256}, got {n_vocab}")
-    # GPT-2's reversible byte -> printable character map (no spaces or control characters).
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) \
-        + list(range(ord("\u00ae"), ord("\u00ff") + 1))
+def byte_symbols() -> list[str]:
+    """GPT-2's reversible byte -> printable character map, as the 256 symbols of bytes 0..255
+    (printable ASCII and Latin-1 stand for themselves; the rest, spaces and control characters
+    included, map to characters from U+0100 on)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
     chars = {b: chr(b) for b in printable}
     extra = 0
     for b in range(256):
         if b not in chars:
             chars[b] = chr(256 + extra)
             extra += 1
-    symbols = [chars[b] for b in range(256)]
+    return [chars[b] for b in range(256)]
+
+
+def byte_level_vocab(n_vocab: int) -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token types, merges) of a synthetic byte-level BPE vocabulary of ``n_vocab``
+    tokens: 256 byte symbols, ``n_vocab - 257`` merges of two byte symbols, and a final
+    ``<|endoftext|>`` control token."""
+    if n_vocab < 257 or n_vocab - 257 > 256 * 256:
+        raise ValueError(f"n_vocab: expected 257..{257 + 256 * 256}, got {n_vocab}")
+    symbols = byte_symbols()
     tokens = list(symbols)
     merges = []
     for a, b in itertools.islice(itertools.product(symbols, repeat=2), n_vocab - 257):

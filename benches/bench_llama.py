@@ -55,7 +55,7 @@ from _common import (
     setup_machine,
     torch_baseline,
 )
-from _llamacpp import import_llama_cpp
+from _llamacpp import byte_symbols, import_llama_cpp
 from _llamacpp import version as llama_cpp_version
 
 from gptcore.accounting import param_count
@@ -186,14 +186,7 @@ def byte_level_vocab(n: int):
     """A synthetic byte-level BPE vocabulary of ``n`` tokens (llama.cpp refuses a file without
     a tokenizer; the bench feeds token ids): the 256 byte symbols of GPT-2's map, then merges
     of two existing tokens, each giving a new token, and a final end-of-text control token."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    chars = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    tokens = [chars[b] for b in range(256)]
+    tokens = byte_symbols()
     seen = set(tokens)
     merges = []
     level = list(tokens)

@@ -52,6 +52,7 @@ from typing import Dict, List, Optional
 
 from _common import closing_line, environment_report, fmt, gptcore, load_average, markdown_table, np, parse_int_list
 from _common import parse_str_list
+from _llamacpp import byte_symbols
 
 STREAMS = "1,4,8"
 PROMPT = "The quick brown fox jumps over the lazy dog while the old man reads a book by the sea. "
@@ -65,14 +66,7 @@ def ascii_vocab(n: int):
     """(tokens, token types, merges) of ``n`` tokens (see the module): GPT-2's 256 byte
     symbols, pairs and then triples of the printable ASCII characters ``!``..``~`` (each a
     merge of existing tokens), and ``<|endoftext|>`` last (a control token)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    chars = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    tokens = [chars[b] for b in range(256)]
+    tokens = byte_symbols()
     ascii_chars = [chr(c) for c in range(ord("!"), ord("~") + 1)]
     merges = []
     level = ascii_chars
