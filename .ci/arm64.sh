@@ -197,8 +197,9 @@ mapfile -t PYDEPS < <("$TOOLS/bin/python" - <<'EOF'
 import tomllib
 with open("pyproject.toml", "rb") as fh:
     project = tomllib.load(fh)["project"]
-# safetensors: the Llama tests' numpy reference reads the fixture folders with it.
-for d in project["dependencies"] + ["pytest>=7", "hypothesis>=6", "safetensors>=0.4"]:
+# safetensors: the Llama tests' numpy reference reads the fixture folders with it; gguf: the
+# quantized tests' independent reference for the blocks (test_quantized.py).
+for d in project["dependencies"] + ["pytest>=7", "hypothesis>=6", "safetensors>=0.4", "gguf>=0.10"]:
     print(d)
 EOF
 )
