@@ -295,21 +295,31 @@ def test_gguf_blocks_are_used_as_stored_and_written_back(tmp_path, small, fmt):
     assert np.array_equal(gptcore.load(q).forward(ids), m.forward(ids))
 
 
+def _rewrite_gguf(src, dst, edit):
+    """Writes ``dst``: ``src``'s metadata and tensors, each tensor's (type, blocks or values)
+    replaced by ``edit(reader, name, type, data)`` (``data`` a writable copy)."""
+    with GGUFReader(src) as r:
+        meta = dict(r.fields)
+        ts = []
+        for n, t in r.tensors.items():
+            t_, data = edit(r, n, t.type, np.array(r.tensor(n)))
+            ts.append(WriterTensor(n, t_, t.shape, data))
+    return write_gguf(dst, meta, ts)
+
+
 def test_gguf_blocks_not_from_the_reference_quantizer_are_kept(tmp_path, small):
     """Blocks that gptcore's quantizer would not make (a largest integer below 127) load and
     save as they are: the model computes with the file's values, not a requantization."""
     config, w = small
     p = tmp_path / "m.gguf"
     gptcore.Model(w, config).save(p, "q8_0")
-    with GGUFReader(p) as r:
-        meta = dict(r.fields)
-        ts = []
-        for n, t in r.tensors.items():
-            data = np.array(r.tensor(n))
-            if t.type == "Q8_0":
-                data["qs"] = (data["qs"].astype(np.int16) // 2).astype(np.int8)  # max |q| 63
-            ts.append(WriterTensor(n, t.type, t.shape, data))
-    odd = write_gguf(tmp_path / "odd.gguf", meta, ts)
+
+    def halve(r, n, t, data):
+        if t == "Q8_0":
+            data["qs"] = (data["qs"].astype(np.int16) // 2).astype(np.int8)  # max |q| 63
+        return t, data
+
+    odd = _rewrite_gguf(p, tmp_path / "odd.gguf", halve)
     m = gptcore.load(odd)
     ids = _ids(config, 1, 10, 2)
     assert np.array_equal(m.forward(ids), gptcore.load(odd, weight_dtype="float32").forward(ids))
@@ -324,19 +334,15 @@ def test_gguf_mixed_types_and_conversions(tmp_path, small):
     config, w = small
     p = tmp_path / "m.gguf"
     gptcore.Model(w, config).save(p, "q8_0")
-    with GGUFReader(p) as r:
-        meta = dict(r.fields)
-        ts = []
-        for n, t in r.tensors.items():
-            data = np.array(r.tensor(n))
-            if n == "blk.0.ffn_up.weight":
-                t_, data = "Q4_0", quantize(r.to_float32(n), "q4_0")
-            elif n == "blk.1.attn_qkv.weight":
-                t_, data = "F16", r.to_float32(n).astype(np.float16)
-            else:
-                t_ = t.type
-            ts.append(WriterTensor(n, t_, t.shape, data))
-    mixed = write_gguf(tmp_path / "mixed.gguf", meta, ts)
+
+    def mix(r, n, t, data):
+        if n == "blk.0.ffn_up.weight":
+            return "Q4_0", quantize(r.to_float32(n), "q4_0")
+        if n == "blk.1.attn_qkv.weight":
+            return "F16", r.to_float32(n).astype(np.float16)
+        return t, data
+
+    mixed = _rewrite_gguf(p, tmp_path / "mixed.gguf", mix)
     ids = _ids(config, 2, 10, 3)
     m = gptcore.load(mixed)
     deq = gptcore.load(mixed, weight_dtype="float32")
@@ -360,15 +366,13 @@ def test_gguf_nonfinite_scales_are_refused(tmp_path, small):
     config, w = small
     p = tmp_path / "m.gguf"
     gptcore.Model(w, config).save(p, "q4_0")
-    with GGUFReader(p) as r:
-        meta = dict(r.fields)
-        ts = []
-        for n, t in r.tensors.items():
-            data = np.array(r.tensor(n))
-            if n == "blk.1.ffn_down.weight":
-                data["d"][5, 2] = np.inf
-            ts.append(WriterTensor(n, t.type, t.shape, data))
-    bad = write_gguf(tmp_path / "bad.gguf", meta, ts)
+
+    def poison(r, n, t, data):
+        if n == "blk.1.ffn_down.weight":
+            data["d"][5, 2] = np.inf
+        return t, data
+
+    bad = _rewrite_gguf(p, tmp_path / "bad.gguf", poison)
     with pytest.raises(ValueError, match=r"'h\.1\.mlp\.c_proj\.weight'.* scale is inf \(block 2 of row 5\)"):
         gptcore.load(bad)
     m = gptcore.load(bad, allow_nonfinite=True)
