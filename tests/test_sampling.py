@@ -174,6 +174,37 @@ def test_logprob_is_the_models_own():
     np.testing.assert_allclose(lps, z[ids] - lse, atol=1e-12)
 
 
+def test_choosing_without_the_logprob_changes_no_token_or_draw():
+    """``choose(z, logprob=False)`` skips the normalisation only: the same tokens (the same
+    draws from the generator, so the streams stay together), ties going to the first maximum
+    as numpy's argmax does, and NaN for the log-probability; with it, the bits of the full
+    log-softmax's element."""
+    from gptcore.sampling import _log_softmax
+    rng = np.random.default_rng(11)
+    V = 50
+    for params in (SamplingParams(greedy=True), SamplingParams(seed=3, temperature=0.7, top_p=0.9),
+                   SamplingParams(greedy=True, repetition_penalty=1.3), SamplingParams(seed=5, logit_bias={7: 2.0})):
+        full, lean = Sampler(params, V, prompt=[1, 2]), Sampler(params, V, prompt=[1, 2])
+        for step in range(40):
+            z = (rng.standard_normal(V) * 3).astype(np.float32)
+            if step % 5 == 0:
+                z[[4, 9]] = z.max() + 1  # a tie: the first of the two
+            tok, lp = full.choose(z)
+            tok2, lp2 = lean.choose(z, logprob=False)
+            assert tok2 == tok and math.isnan(lp2)
+            assert lp == float(_log_softmax(np.asarray(z, np.float64)[None, :])[0, tok])
+            if params.is_greedy and params.repetition_penalty == 1.0 and step % 5 == 0:
+                assert tok == 4
+
+
+def test_generate_without_logprobs_gives_the_same_tokens(tiny):
+    ids = np.random.default_rng(2).integers(0, tiny.config.vocab_size, (3, 5))
+    for opts in (dict(greedy=True), dict(seed=[1, 2, 3], temperature=0.8, top_k=20)):
+        toks, lps = tiny.generate(ids, 6, return_logprobs=True, **opts)
+        assert np.array_equal(tiny.generate(ids, 6, **opts), toks)
+        assert np.isfinite(lps).all() and (lps <= 0).all()
+
+
 def test_non_finite_logits_are_an_error_not_a_token():
     z = np.zeros(10)
     z[4] = np.nan

@@ -601,7 +601,8 @@ class Model:
             raise TypeError(f"generate: return_logprobs must be a bool, got {return_logprobs!r}")
         toks, lps = [], []
         one_d = np.asarray(ids).ndim == 1
-        for tok, lp in self._generate_iter(ids, max_new_tokens, options, context_shift, "generate", hold=True):
+        for tok, lp in self._generate_iter(ids, max_new_tokens, options, context_shift, "generate", hold=True,
+                                           logprobs=return_logprobs):
             toks.append(np.atleast_1d(tok))
             lps.append(np.atleast_1d(lp))
         b = 1 if one_d else np.asarray(ids).shape[0]
@@ -670,7 +671,7 @@ class Model:
         check_alloc(kv + kept, f"{fn}(max_new_tokens={n:,}) on {b} sequence(s) of {t:,} tokens "
                                f"(key/value cache {kv:,} bytes, tokens kept {kept:,} bytes)")
 
-    def _generate_iter(self, ids, max_new_tokens, options, context_shift, fn, hold):
+    def _generate_iter(self, ids, max_new_tokens, options, context_shift, fn, hold, logprobs=False):
         arr, one_d = _check_ids(ids, self._config, f"{fn}: ids")
         if isinstance(max_new_tokens, (bool, np.bool_)) or not isinstance(max_new_tokens, (int, np.integer)):
             raise TypeError(f"{fn}: max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
@@ -693,11 +694,12 @@ class Model:
         samplers = samplers_for_batch(params, self._config.vocab_size, arr, seeds)
         # Everything is checked now, when called; the work starts at the first next().
         return self._generation_steps(arr, seq, int(max_new_tokens), one_d, samplers, params, tokenizer,
-                                      int(context_shift), fn)
+                                      int(context_shift), fn, bool(logprobs))
 
-    def _generation_steps(self, arr, seq, max_new_tokens, one_d, samplers, params, tokenizer, shift, fn):
+    def _generation_steps(self, arr, seq, max_new_tokens, one_d, samplers, params, tokenizer, shift, fn,
+                          logprobs):
         """The generation loop of ``_generate_iter``, on checked arguments: ``(token, logprob)``
-        per step."""
+        per step (the log-probability NaN unless ``logprobs``)."""
         if max_new_tokens == 0:
             return
         n_ctx, learned = self._config.n_ctx, self._config.pos != "sinusoidal"
@@ -714,7 +716,7 @@ class Model:
             lp = np.empty(b, dtype=np.float64)
             for r, sampler in enumerate(samplers):
                 try:
-                    tok[r], lp[r] = sampler.choose(logits[r])
+                    tok[r], lp[r] = sampler.choose(logits[r], logprobs)
                 except FloatingPointError as e:
                     raise FloatingPointError(f"{fn}: {'' if one_d else f'sequence {r}: '}{e}") from None
             tok = np.where(done, last, tok)

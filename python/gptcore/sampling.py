@@ -222,9 +222,14 @@ def _token_list(name: str, ids: Any) -> Tuple[int, ...]:
 
 # ------------------------------------------------------------------------------ the warpers
 
-def _log_softmax(z: np.ndarray) -> np.ndarray:
+def _log_normaliser(z: np.ndarray) -> np.ndarray:
+    """``log(sum(exp(z)))`` over the last axis (kept), shifted by the maximum."""
     m = z.max(axis=-1, keepdims=True)
-    return z - (m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True)))
+    return m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    return z - _log_normaliser(z)
 
 
 def filter_logits(z: np.ndarray, top_k: Optional[int], top_p: Optional[float]) -> np.ndarray:
@@ -367,13 +372,20 @@ class Sampler:
                 f"token id {bad}): the model's arithmetic overflowed or its weights hold NaN or infinity")
         return z
 
-    def choose(self, logits: Any) -> Tuple[int, float]:
+    def choose(self, logits: Any, logprob: bool = True) -> Tuple[int, float]:
         """Choose the next token from one row of logits ``(V,)``; record it; return
-        ``(token, logprob)`` (the model's log-probability of the token)."""
+        ``(token, logprob)``: the model's log-probability of the token, or NaN with
+        ``logprob=False`` (which skips the normalisation over the vocabulary: a greedy choice
+        then costs a finiteness check and an argmax)."""
         raw = self._check_row(logits)
+        if self.params.is_greedy and self._untouched() and not logprob:
+            tok = int(np.argmax(raw))  # the argmax of the float64 row: the same first maximum
+            self._record(tok)
+            return tok, float("nan")
         # A (1, V) row: the same reductions, bit for bit, as a row of a (B, V) batch.
         z = np.asarray(raw, dtype=np.float64)[None, :]
-        logp = _log_softmax(z)
+        # z[tok] - norm is element tok of _log_softmax(z), without the rest of the row.
+        norm = _log_normaliser(z) if logprob else None
         processed = z if self._untouched() else self.process(z[0])[None, :]
         if self.params.is_greedy:
             tok = int(np.argmax(processed[0]))
@@ -385,7 +397,7 @@ class Sampler:
             if p[0, tok] == 0:  # never land on a removed token through rounding at the cdf's end
                 tok = int(np.argmax(p[0]))
         self._record(tok)
-        return tok, float(logp[0, tok])
+        return tok, (float(z[0, tok] - norm[0, 0]) if norm is not None else float("nan"))
 
     def _untouched(self) -> bool:
         return not self._bias_ids.size and self._seen is None and self._counts is None

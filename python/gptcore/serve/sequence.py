@@ -139,7 +139,8 @@ class Sequence:
             return None
         if was_prefilling and self.prompt_logprobs:
             self.sink(PromptLogprobs(self.index, [int(t) for t in self.prompt], self._prompt_lp, self._prompt_top))
-        token, logprob = self.sampler.choose(last)
+        # The chosen token's log-probability is sent only when the request asked for logprobs.
+        token, logprob = self.sampler.choose(last, self.logprobs is not None)
         top = None
         if self.logprobs:
             ids_k, lps_k = top_logprobs(last, self.logprobs)

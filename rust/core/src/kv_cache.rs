@@ -97,6 +97,24 @@ impl<T: Element> HeadKv<T> {
         }
     }
 
+    /// Asks the cache for the lines that appending position `len` will write (a key is a
+    /// column of its K^T panel: `dh` values `NR` apart, a line each), with the intent to write
+    /// them. A hint only: nothing is read or written, and no room is made.
+    pub fn prefetch_push(&self) {
+        let (t, dh, nr) = (self.len, self.dh, T::NR);
+        let k = self.kt.as_ptr().wrapping_add((t / nr) * dh * nr + t % nr);
+        for d in 0..dh {
+            crate::kernels::prefetch_write(k.wrapping_add(d * nr));
+        }
+        let v = self
+            .v
+            .as_ptr()
+            .wrapping_add((t / KB) * KB * self.dh_pad() + (t % KB) * nr);
+        for jp in 0..self.dh_pad() / nr {
+            crate::kernels::prefetch_write(v.wrapping_add(jp * KB * nr));
+        }
+    }
+
     /// Pointer to the K^T panel that starts at position `pos` (a multiple of NR).
     #[inline(always)]
     pub fn kt_panel(&self, pos: usize) -> *const T {

@@ -145,16 +145,38 @@ fn append_kv<T: Float>(qkv: &[T], heads: &mut [HeadKv<T>], cols: Columns, pass: 
         let rows = &qkv[seg.row0 * w..(seg.row0 + seg.rows) * w];
         hk.push_rows(rows, w, (cols.k_at(g), cols.v_at(g)), seg.rows);
     };
-    if pass.rows() * cols.q_width() >= 1 << 14 {
-        let hp = SendPtr(heads.as_mut_ptr());
-        // SAFETY: item idx touches heads[idx] alone.
-        threads::parallel_for(heads.len(), |idx| {
-            fill((idx, unsafe { &mut *hp.get().add(idx) }))
-        });
+    // A key is written a value per cache line (a column of its K^T panel): writes that miss
+    // the cache, each head's dh lines. The lines of the head `APPEND_AHEAD` on are asked for
+    // before a head is written, so that its misses overlap these.
+    let hp = SendPtr(heads.as_mut_ptr());
+    let fill_range = |lo: usize, hi: usize| {
+        for idx in lo..hi {
+            if idx + APPEND_AHEAD < hi {
+                // SAFETY: idx + APPEND_AHEAD < hi <= heads.len(), a head of this range (only
+                // read: it is written later, on this thread).
+                unsafe { (*hp.get().add(idx + APPEND_AHEAD)).prefetch_push() };
+            }
+            // SAFETY: idx < heads.len(), and no other range holds idx.
+            fill((idx, unsafe { &mut *hp.get().add(idx) }));
+        }
+    };
+    let n = heads.len();
+    let threads = threads::num_threads();
+    if pass.rows() * nkv * cols.dh >= APPEND_PARALLEL_LINES && threads > 1 && n > 1 {
+        // Contiguous ranges of heads, two a thread.
+        let parts = (2 * threads).min(n);
+        threads::parallel_for(parts, |p| fill_range(p * n / parts, (p + 1) * n / parts));
     } else {
-        heads.iter_mut().enumerate().for_each(fill);
+        fill_range(0, n);
     }
 }
+
+/// How many heads ahead [`append_kv`] asks for the lines it will write.
+const APPEND_AHEAD: usize = 2;
+
+/// The key lines a pass writes (rows x key/value heads x head width) from which [`append_kv`]
+/// shares the heads among the threads: a decode step of a few sequences already has enough.
+const APPEND_PARALLEL_LINES: usize = 2048;
 
 /// `att (rows, n_heads * d_head)`: every query head's attention output for the new positions.
 /// Work items are (segment, query head, query block aligned to KB); each writes a disjoint

@@ -69,4 +69,4 @@ pub use dispatch::{
     available, current, detect, require, set_kernel, HasKernels, Kernel, KernelsFor,
     KernelsForStored,
 };
-pub use prefetch::{prefetch, prefetch_l2};
+pub use prefetch::{prefetch, prefetch_l2, prefetch_write};
