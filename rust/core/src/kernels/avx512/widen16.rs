@@ -12,14 +12,14 @@ pub const MR: usize = 12;
 
 /// Software prefetch of the packed 16-bit B panels, in depth steps ahead (one step of a panel
 /// is 64 bytes, one cache line; 16-bit panels are stored step by step). The tile kernel: 64
-/// steps = 4 KiB; the wide kernel, which reads four panels side by side: 16 steps of each =
-/// 4 KiB in all. The hardware prefetcher alone leaves the loads waiting on memory in decoding
+/// steps = 4 KiB; the wide kernel, which reads four panels side by side: 32 steps of each =
+/// 8 KiB in all. The hardware prefetcher alone leaves the loads waiting on memory in decoding
 /// (the widening instructions take the stall cycles).
 const PF_TILE: usize = 64;
 /// The tile kernel's distance for a full 12-row tile (prefill, a panel read from L2 once per
 /// tile): 32 steps = 2 KiB.
 const PF_TILE_FULL: usize = 32;
-const PF_WIDE: usize = 16;
+const PF_WIDE: usize = 32;
 
 /// 16 bfloat16 values at `p` as float32.
 #[target_feature(enable = "avx512f")]
@@ -123,16 +123,29 @@ macro_rules! avx512_widen16 {
             let mut bp = b;
             let halves = hoff != NR / 2;
             for kk in 0..kc {
+                // Panel q's step PF_WIDE ahead. Past the call's last step the stream goes on in
+                // the panel four on: the loops hand this kernel a depth block's panels four at
+                // a time, `bstride` apart, so the next call's first steps arrive during this
+                // call's last ones (past its own end, panel q's stream would run into panel
+                // q + 1, already read). Only a hint: an address past the packed matrix is never
+                // read, and a prefetch does not fault.
+                let t = kk + PF_WIDE;
+                let ahead = |q: usize| {
+                    if t < kc {
+                        b.wrapping_add(q * bstride + t * ldb)
+                    } else {
+                        b.wrapping_add((4 + q) * bstride + (t - kc) * ldb)
+                    }
+                };
                 if !halves {
                     // Step by step: a step of each panel is one line.
                     for q in 0..4 {
-                        let ahead = PF_WIDE * ldb + q * bstride;
-                        _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead) as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead(q) as *const i8);
                     }
                 } else if kk % 2 == 0 {
                     // Each half of each panel, every other step (a half's step is half a line).
                     for q in 0..4 {
-                        let ahead = bp.wrapping_add(PF_WIDE * ldb + q * bstride);
+                        let ahead = ahead(q);
                         _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(hoff) as *const i8);
                     }
