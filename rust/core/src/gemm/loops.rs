@@ -64,16 +64,29 @@ struct Plan {
     nchunks: usize,
     panels: usize,
     nthreads: usize,
+    /// For few rows through the wide kernel: the panels in `shares` equal contiguous shares
+    /// (one a thread), each cut into `pieces` chunks; see [`Plan::chunk`].
+    shares: Option<(usize, usize)>,
 }
 
 impl Plan {
     fn new<W: StorageFormat>(m: usize, n: usize, kb: KBlocks, wide: bool) -> Plan {
-        let panels = n.div_ceil(W::PANEL_NR);
         let nthreads = if !tuning::runs_on_every_thread(m, kb.k, n) {
             1
         } else {
             threads::available()
         };
+        Plan::for_threads::<W>(m, n, kb, wide, nthreads)
+    }
+
+    fn for_threads<W: StorageFormat>(
+        m: usize,
+        n: usize,
+        kb: KBlocks,
+        wide: bool,
+        nthreads: usize,
+    ) -> Plan {
+        let panels = n.div_ceil(W::PANEL_NR);
         // Row blocks of at most about MC rows, made of whole 12-row tiles shared out as evenly
         // as possible, so parallel work items are of equal size.
         let tiles = m.div_ceil(ROW_QUANTUM);
@@ -96,8 +109,22 @@ impl Plan {
             }
         }
         if wide && m <= WIDE_ROWS {
-            // Few rows run the wide kernel, four panels at a time: keep chunks whole multiples.
-            per_chunk = per_chunk.div_ceil(4) * 4;
+            // Few rows run the wide kernel, four panels at a time. Chunks of whole multiples of
+            // four panels leave the threads unequal shares when the panels do not divide so
+            // (a model width of 576 is 18 panels: chunks of 4, 4, 4, 4 and 2, three of them for
+            // one thread); instead each thread's share is equal to a panel, cut into pieces of
+            // multiples of four but the last (whose remainder goes through the tile kernel).
+            let shares = nthreads.min(panels).max(1);
+            let pieces = (panels / shares / 4).clamp(1, 4);
+            return Plan {
+                mblocks,
+                tiles,
+                per_chunk,
+                nchunks: shares * pieces,
+                panels,
+                nthreads,
+                shares: Some((shares, pieces)),
+            };
         }
         Plan {
             mblocks,
@@ -106,6 +133,31 @@ impl Plan {
             nchunks: panels.div_ceil(per_chunk),
             panels,
             nthreads,
+            shares: None,
+        }
+    }
+
+    /// Panels `(jp0, jp1)` of column chunk `jc`. With shares, the chunks go round by round,
+    /// one piece of every share a round (consecutive items, taken by the threads in turn, are
+    /// of about equal size), piece `r` of share `s` being chunk `r * shares + s`.
+    fn chunk(&self, jc: usize) -> (usize, usize) {
+        match self.shares {
+            None => {
+                let jp0 = jc * self.per_chunk;
+                (jp0, (jp0 + self.per_chunk).min(self.panels))
+            }
+            Some((shares, pieces)) => {
+                let (r, s) = (jc / shares, jc % shares);
+                let (lo, hi) = (s * self.panels / shares, (s + 1) * self.panels / shares);
+                let cut = |k: usize| {
+                    if k == pieces {
+                        hi
+                    } else {
+                        lo + k * (hi - lo) / pieces / 4 * 4
+                    }
+                };
+                (cut(r), cut(r + 1))
+            }
         }
     }
 
@@ -163,8 +215,7 @@ pub(super) unsafe fn run<T: Element, W: StorageFormat>(
     let item = |idx: usize| {
         let (jc, ib) = (idx / plan.mblocks, idx % plan.mblocks);
         let (i0, i1) = plan.block_rows(ib, m);
-        let jp0 = jc * plan.per_chunk;
-        let jp1 = (jp0 + plan.per_chunk).min(plan.panels);
+        let (jp0, jp1) = plan.chunk(jc);
         // LOOP 4: column groups, each taken through every depth block before the next.
         let group = tuning::nc_panels();
         let mut g0 = jp0;
@@ -687,6 +738,48 @@ mod ahead_tests {
         for s in 0..8 {
             beyond.fetch_slice(s, 8);
             null.fetch_slice(s, 8);
+        }
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::{KBlocks, Plan};
+    use crate::formats::Bf16;
+
+    /// Few rows: the chunks cover the panels once, each thread's share (one piece of it a
+    /// round) is within a panel of the others', and every piece but a share's last holds whole
+    /// groups of four panels.
+    #[test]
+    fn few_row_chunks_share_the_panels_equally() {
+        for threads in 1..=4 {
+            for panels in [
+                1usize, 2, 3, 5, 7, 18, 28, 30, 36, 48, 72, 96, 152, 1536, 1571,
+            ] {
+                let n = panels * 32 - 5;
+                let plan = Plan::for_threads::<Bf16>(1, n, KBlocks::new(576, 576), true, threads);
+                let (shares, pieces) = plan.shares.expect("few rows take shares");
+                assert_eq!(plan.nchunks, shares * pieces);
+                let mut got = vec![0usize; panels];
+                let mut share_len = vec![0usize; shares];
+                for jc in 0..plan.nchunks {
+                    let (jp0, jp1) = plan.chunk(jc);
+                    assert!(jp0 <= jp1 && jp1 <= panels, "panels={panels} jc={jc}");
+                    let last_piece = jc / shares + 1 == pieces;
+                    assert!(
+                        last_piece || (jp1 - jp0) % 4 == 0,
+                        "panels={panels} jc={jc}"
+                    );
+                    got[jp0..jp1].iter_mut().for_each(|g| *g += 1);
+                    share_len[jc % shares] += jp1 - jp0;
+                }
+                assert!(
+                    got.iter().all(|&g| g == 1),
+                    "panels={panels} threads={threads}"
+                );
+                let (lo, hi) = (share_len.iter().min(), share_len.iter().max());
+                assert!(hi.unwrap() - lo.unwrap() <= 1, "{share_len:?}");
+            }
         }
     }
 }
