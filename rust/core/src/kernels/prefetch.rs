@@ -13,7 +13,8 @@ pub fn prefetch_l2<T>(p: *const T) {
 }
 
 /// Asks L1 for the 64-byte line at `p` with the intent to write it (so that the store that
-/// follows finds the line owned), as [`prefetch`] does; a read prefetch where the CPU lacks it.
+/// follows finds the line owned), as [`prefetch`] does (a CPU without write prefetches takes
+/// the instruction as a no-op).
 #[inline(always)]
 pub fn prefetch_write<T>(p: *const T) {
     hint::<{ HINT_WRITE }, T>(p)
