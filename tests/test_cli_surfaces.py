@@ -185,9 +185,12 @@ def test_model_errors_exit_1_and_usage_errors_2(tmp_path):
 
 def test_interrupted_exits_130():
     full = dict(os.environ, PYTHONPATH=str(PKG) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # The child takes SIGINT as a terminal's Ctrl-C does, also when the suite itself runs with
+    # SIGINT ignored (started in the background by a shell, which children inherit).
     p = subprocess.Popen([sys.executable, "-m", "gptcore", "generate", str(FOLDER), PROMPT, "--max-new-tokens",
                           "1000000000", "--context-shift", "32", "--ignore-eos"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         p.stdout.read(20)  # generating, with bounded memory: a stream may run forever
         time.sleep(0.2)
