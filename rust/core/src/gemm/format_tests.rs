@@ -118,7 +118,7 @@ fn stored_format_kernels_match_reference_on_widened_values() {
 /// 17 (every remainder of an unrolled depth loop), from zero and continuing from C, in each
 /// panel layout a kernel may be handed (step by step, the rows of a wider B, two halves); with
 /// and without a prefetch run where the family's tile takes one; the wide kernel likewise
-/// against four panels. A's pad rows and B's columns past `cols` are NaN and C sits between
+/// against one to four panels, with A packed and, where the family takes it, compact. A's pad rows and B's columns past `cols` are NaN and C sits between
 /// sentinels, so a read or a write outside the tile shows. (The products above reach these
 /// kernels with panels packed step by step only.)
 #[test]
@@ -232,32 +232,45 @@ fn value_format_kernels_called_directly_match_the_chain() {
                 }
             }
             let Some(wide) = spec.wide else { continue };
-            for kc in (0..=9).chain([17]) {
-                // Four panels one after the other, step by step or in halves, or side by side
-                // in the rows of a wider B.
+            for (kc, panels) in (0..=9)
+                .chain([17])
+                .flat_map(|kc| (1..=4).map(move |p| (kc, p)))
+            {
+                // 1 to 4 panels one after the other, step by step or in halves, or side by
+                // side in the rows of a wider B; B ends with the last panel's last value.
                 for (ldb, hoff, bstride) in
                     [(nr, h, kc * nr), (h, kc * h, kc * nr), (4 * nr + 5, h, nr)]
                 {
                     let at = |kk: usize, j: usize| (j / h) * hoff + kk * ldb + j % h;
-                    let b = values(3 * bstride + hoff + kc * ldb + nr);
+                    let b = values((panels - 1) * bstride + at(kc.max(1) - 1, nr - 1) + 1);
                     let bat = |kk: usize, j: usize| b[(j / nr) * bstride + at(kk, j % nr)].to_f32();
-                    let a_full = random_a(kc * mr);
                     for rows in 1..=WIDE_ROWS {
-                        let mut a = a_full.clone();
-                        for kk in 0..kc {
-                            a[kk * mr + rows..(kk + 1) * mr].fill(f32::NAN);
-                        }
-                        for cols_last in 1..=nr {
-                            let cols = 3 * nr + cols_last;
+                        // A packed (the rows past `rows` NaN: never read), and compact where
+                        // the family's kernel takes it.
+                        let steps: &[usize] = if spec.wide_compact_a {
+                            &[mr, rows]
+                        } else {
+                            &[mr]
+                        };
+                        for (&a_step, cols_last) in
+                            steps.iter().flat_map(|s| (1..=nr).map(move |c| (s, c)))
+                        {
+                            let mut a = random_a(kc * a_step);
+                            for kk in 0..kc {
+                                a[kk * a_step + rows..(kk + 1) * a_step].fill(f32::NAN);
+                            }
+                            let cols = (panels - 1) * nr + cols_last;
                             for accumulate in [false, true] {
                                 let ldc = 4 * nr + 2;
                                 let c0 = random_a(rows * cols);
                                 let mut c = c_between_sentinels(&c0, rows, cols, ldc, sentinel);
                                 let args = WideArgs {
                                     rows,
+                                    panels,
                                     cols_last,
                                     kc,
                                     a: a.as_ptr(),
+                                    a_step,
                                     b: BPanel {
                                         ptr: b.as_ptr(),
                                         ldb,
@@ -273,16 +286,16 @@ fn value_format_kernels_called_directly_match_the_chain() {
                                 unsafe { wide(&args) };
                                 let chain = Chain {
                                     a: &a,
-                                    mr,
+                                    mr: a_step,
                                     kc,
                                     c0: accumulate.then_some(&c0[..]),
                                     sentinel,
                                 };
                                 chain.check(&c, rows, cols, ldc, bat, || {
                                     format!(
-                                        "{name} {kernel:?} wide rows={rows} \
+                                        "{name} {kernel:?} wide rows={rows} panels={panels} \
                                          cols_last={cols_last} kc={kc} ldb={ldb} \
-                                         acc={accumulate}"
+                                         a_step={a_step} acc={accumulate}"
                                     )
                                 });
                             }

@@ -113,7 +113,7 @@ impl Plan {
             // four panels leave the threads unequal shares when the panels do not divide so
             // (a model width of 576 is 18 panels: chunks of 4, 4, 4, 4 and 2, three of them for
             // one thread); instead each thread's share is equal to a panel, cut into pieces of
-            // multiples of four but the last (whose remainder goes through the tile kernel).
+            // multiples of four but the last (whose remainder is one wide call of 1-3 panels).
             let shares = nthreads.min(panels).max(1);
             let pieces = (panels / shares / 4).clamp(1, 4);
             return Plan {
@@ -188,11 +188,29 @@ pub(super) unsafe fn run<T: Element, W: StorageFormat>(
 ) {
     let CTile { ptr: c, ldc } = c;
     let plan = Plan::new::<W>(m, n, kb, kernels.wide.is_some());
+    // Few rows whose every panel goes to a wide kernel that reads only their values take A
+    // compact (step k's rows at `k * m ..`), or one contiguous row in place: no MR-row panels,
+    // whose padding every other thread would read from this one's cache (benches/JOURNAL.md).
+    let compact = match a.source {
+        Some(src) if kernels.wide_compact_a && m <= WIDE_ROWS && b.all_wide(n) => {
+            if m == 1 && src.cs == 1 {
+                Some(threads::SendPtr(src.ptr as *mut T))
+            } else {
+                for i in 0..m {
+                    for kk in 0..kb.k {
+                        *a.packed.get().add(kk * m + i) = src.at(i, kk);
+                    }
+                }
+                Some(a.packed)
+            }
+        }
+        _ => None,
+    };
     // A still to be packed: by the work items as they go, a (row block, depth block) at a
     // time, for a large A with a row block for every thread (a flag for each: `NOT_PACKED`,
     // `PACKING`, `PACKED`), else all of it now.
     let mut lazy: Option<(MatRef<'_, T>, Vec<AtomicU8>)> = None;
-    if let Some(src) = a.source {
+    if let (Some(src), None) = (a.source, compact.as_ref()) {
         let k = kb.k;
         if m * k >= A_LAZY_MIN && plan.mblocks >= plan.nthreads {
             let flags = (0..plan.mblocks * kb.count).map(|_| AtomicU8::new(NOT_PACKED));
@@ -230,11 +248,16 @@ pub(super) unsafe fn run<T: Element, W: StorageFormat>(
                     // this depth block's alone.
                     unsafe { ensure_packed(*src, a.packed, &kernels, kb, flag, (i0, i1), p) };
                 }
-                let ablock = a
-                    .packed
-                    .get()
-                    .wrapping_add(m.div_ceil(kernels.mr) * kernels.mr * k0)
-                    as *const T;
+                let (ablock, a_step) = match &compact {
+                    Some(base) => (base.get().wrapping_add(m * k0) as *const T, m),
+                    None => (
+                        a.packed
+                            .get()
+                            .wrapping_add(m.div_ceil(kernels.mr) * kernels.mr * k0)
+                            as *const T,
+                        kernels.mr,
+                    ),
+                };
                 // The packed B this item reads next: the group's next depth block, else the
                 // next group's first.
                 let ahead = match (b, kernels.tile_prefetches) {
@@ -252,6 +275,7 @@ pub(super) unsafe fn run<T: Element, W: StorageFormat>(
                     kc,
                     last: p + 1 == kb.count,
                     ablock,
+                    a_step,
                     b,
                     rows: (i0, i1),
                     panels: (g0, g1),
@@ -414,8 +438,8 @@ impl<W> Ahead<W> {
 }
 
 /// LOOPS 2 and 1 for one depth block: the rows of a row block against the panels of a column
-/// group ([`DepthBlock`]); few rows take four panels at a time through the wide kernel, at
-/// most [`FEW_ROWS_CHUNKED`] rows against packed panels go in depth chunks with a prefetching
+/// group ([`DepthBlock`]); few rows take up to four panels at a time through the wide kernel,
+/// at most [`FEW_ROWS_CHUNKED`] rows against packed panels go in depth chunks with a prefetching
 /// tile kernel ([`few_rows_in_chunks`]), and the rest go through [`row_tiles`].
 ///
 /// Row tile outer and panels inner: a tile's A micro-panel is read again for each panel of the
@@ -430,18 +454,21 @@ fn macro_kernel<T: Element, W: StorageFormat>(blk: &DepthBlock<'_, T, W>) {
     let (i0, i1) = blk.rows;
     let mut jp = blk.panels.0;
     if let (Some(wide), true) = (kernels.wide, i1 - i0 <= WIDE_ROWS) {
-        // Few rows: four panels at a time through the wide kernel.
+        // Few rows: up to four panels at a time through the wide kernel.
         let nr = W::PANEL_NR;
-        while jp + 4 <= blk.panels.1 {
-            let Some(bstride) = b.wide_stride(blk.p, jp) else {
+        while jp < blk.panels.1 {
+            let panels = (blk.panels.1 - jp).min(4);
+            let Some(bstride) = b.wide_stride(blk.p, jp, panels) else {
                 break;
             };
             let j0 = jp * nr;
             let args = WideArgs {
                 rows: i1 - i0,
-                cols_last: nr.min(out.n - (jp + 3) * nr),
+                panels,
+                cols_last: nr.min(out.n - (jp + panels - 1) * nr),
                 kc: blk.kc,
                 a: blk.a_tile(i0),
+                a_step: blk.a_step,
                 b: b.panel(blk.p, jp),
                 bstride,
                 c: out.tile(i0, j0),
@@ -452,11 +479,13 @@ fn macro_kernel<T: Element, W: StorageFormat>(blk: &DepthBlock<'_, T, W>) {
             // block at (i0, j0) lies inside C and belongs to this item alone.
             unsafe { wide(&args) };
             if blk.last {
-                out.finish(i0, i1, j0, 3 * nr + args.cols_last);
+                out.finish(i0, i1, j0, (panels - 1) * nr + args.cols_last);
             }
-            jp += 4;
+            jp += panels;
         }
     }
+    // The tile kernels read packed A (a compact A goes with panels the wide kernel takes all).
+    debug_assert!(jp == blk.panels.1 || blk.a_step == kernels.mr);
     if let (true, BSource::Packed(pb)) = (kernels.tile_prefetches, b) {
         if i1 - i0 <= FEW_ROWS_CHUNKED {
             few_rows_in_chunks(blk, pb, jp);
@@ -485,8 +514,10 @@ struct DepthBlock<'a, T, W> {
     p: usize,
     kc: usize,
     last: bool,
-    /// Packed A of this depth block (`mr` rows a panel, `kc` steps).
+    /// A of this depth block: packed (`mr` rows a panel, `kc` steps, `a_step` = mr), or for
+    /// a row block that goes to the wide kernel alone, compact (`a_step` = its rows).
     ablock: *const T,
+    a_step: usize,
     b: &'a BSource<'a, W>,
     rows: (usize, usize),
     panels: (usize, usize),
@@ -499,7 +530,7 @@ impl<T, W> DepthBlock<'_, T, W> {
     #[inline(always)]
     fn a_tile(&self, i: usize) -> *const T {
         let mr = self.kernels.mr;
-        self.ablock.wrapping_add((i / mr) * mr * self.kc)
+        self.ablock.wrapping_add((i / mr) * self.a_step * self.kc)
     }
 }
 

@@ -66,13 +66,23 @@ impl<T: StorageFormat> BSource<'_, T> {
     pub(super) fn in_place(&self) -> bool {
         matches!(self, BSource::Rows { .. })
     }
-    /// The distance between panels `jp` and `jp + 1` ... `jp + 3` when the four can go to the
-    /// wide kernel together (each laid out as panel `jp`).
+    /// The distance between panels `jp` and `jp + 1` ... `jp + panels - 1` when they can go
+    /// to the wide kernel together (each laid out as panel `jp`).
     #[inline(always)]
-    pub(super) fn wide_stride(&self, p: usize, jp: usize) -> Option<usize> {
+    pub(super) fn wide_stride(&self, p: usize, jp: usize, panels: usize) -> Option<usize> {
         match self {
             BSource::Packed(_) => Some(T::panel_units(self.kb().block(p).1)),
-            BSource::Rows { b, .. } => ((jp + 4) * T::PANEL_NR <= b.cols).then_some(T::PANEL_NR),
+            BSource::Rows { b, .. } => {
+                ((jp + panels) * T::PANEL_NR <= b.cols).then_some(T::PANEL_NR)
+            }
+        }
+    }
+    /// Whether every panel of the `n` columns can go to the wide kernel (packed panels, or
+    /// B's rows in place with no partial last panel, which is packed apart).
+    pub(super) fn all_wide(&self, n: usize) -> bool {
+        match self {
+            BSource::Packed(_) => true,
+            BSource::Rows { .. } => n % T::PANEL_NR == 0,
         }
     }
 }

@@ -229,6 +229,71 @@ fn k_blocks_are_equal_sized() {
     assert_eq!((kb.kc, kb.count), (1, 1));
 }
 
+/// Few rows whose every panel goes to the wide kernel read A compact or, one contiguous row,
+/// in place: the same bits with A as contiguous rows, rows a longer stride apart and a
+/// column-major view (the last two copied compact), with column counts that leave 1 to 3
+/// panels to a thread's last call, packed B and B in place, 1 to 3 threads.
+#[test]
+fn few_rows_read_a_in_place_or_compact() {
+    fn check<T: GemmElement>() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+        let before = threads::num_threads();
+        let nr = T::NR;
+        for m in 1..=crate::kernels::WIDE_ROWS {
+            for n in [nr - 3, 2 * nr, 5 * nr + 1, 7 * nr, 18 * nr, 30 * nr - 1] {
+                for k in [1, 37, T::KC_MAX + 9] {
+                    let store = random::<T>(&mut rng, m * (k + 5));
+                    let b = random::<T>(&mut rng, k * n);
+                    let pb = PackedB::pack(MatRef::from_slice(&b, k, n));
+                    // SAFETY: each view's elements lie inside `store` (m rows of k + 5, or
+                    // k columns of m).
+                    let views = unsafe {
+                        [
+                            (
+                                "rows",
+                                MatRef::from_raw(store.as_ptr(), m, k, k as isize, 1),
+                            ),
+                            (
+                                "strided rows",
+                                MatRef::from_raw(store.as_ptr(), m, k, (k + 5) as isize, 1),
+                            ),
+                            (
+                                "column-major",
+                                MatRef::from_raw(store.as_ptr(), m, k, 1, m as isize),
+                            ),
+                        ]
+                    };
+                    for (what, a) in views {
+                        let dense: Vec<T> = (0..m * k).map(|x| a.at(x / k, x % k)).collect();
+                        let want = reference_product(&dense, &b, m, k, n);
+                        for kernel in available() {
+                            for t in 1..=3 {
+                                threads::set_num_threads(t).unwrap();
+                                for rhs in
+                                    [Rhs::Packed(&pb), Rhs::InPlace(MatRef::from_slice(&b, k, n))]
+                                {
+                                    let ldc = n + 3;
+                                    let sentinel = T::from_f64(12345.5);
+                                    let mut c = vec![sentinel; (m + 2) * ldc];
+                                    gemm(a, rhs, &mut c[ldc..], ldc, &Options::with_kernel(kernel))
+                                        .unwrap();
+                                    let what = format!("A {what}, {t} threads");
+                                    check_output(
+                                        kernel, &c, ldc, ldc, &want, sentinel, m, k, n, &what,
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        threads::set_num_threads(before).unwrap();
+    }
+    check::<f32>();
+    check::<f64>();
+}
+
 /// Few rows against many panels take the wide kernel (4 panels at a time): same bits.
 #[test]
 fn wide_kernel_matches_reference() {
@@ -826,25 +891,37 @@ fn micro_kernels_called_directly_match_the_chain() {
                 }
             }
             let Some(wide) = spec.wide else { continue };
-            for kc in (0..=9).chain([17]) {
-                // Four panels: one after the other in row order (bstride = kc * NR, ldb = NR)
-                // or in two halves (ldb = NR / 2, the second half kc steps on), or side by side
-                // in the rows of a wider B (bstride = NR, ldb = 4 NR + 5).
+            for (kc, panels) in (0..=9)
+                .chain([17])
+                .flat_map(|kc| (1..=4).map(move |p| (kc, p)))
+            {
+                // 1 to 4 panels: one after the other in row order (bstride = kc * NR, ldb =
+                // NR) or in two halves (ldb = NR / 2, the second half kc steps on), or side by
+                // side in the rows of a wider B (bstride = NR, ldb = 4 NR + 5); B ends with
+                // the last panel's last value (a read past it is one past the allocation).
                 let h = nr / 2;
                 for (ldb, hoff, bstride) in
                     [(nr, h, kc * nr), (h, kc * h, kc * nr), (4 * nr + 5, h, nr)]
                 {
                     let at = |kk: usize, j: usize| (j / h) * hoff + kk * ldb + j % h;
-                    let len = 3 * bstride + hoff + kc * ldb + nr;
+                    let len = (panels - 1) * bstride + at(kc.max(1) - 1, nr - 1) + 1;
                     let b = random::<T>(&mut rng, len);
-                    let a_full = random::<T>(&mut rng, kc * mr);
                     for rows in 1..=crate::kernels::WIDE_ROWS {
-                        let mut a = a_full.clone();
-                        for kk in 0..kc {
-                            a[kk * mr + rows..(kk + 1) * mr].fill(nan);
-                        }
-                        for cols_last in 1..=nr {
-                            let cols = 3 * nr + cols_last;
+                        // A packed in MR-row panels (the rows past `rows` NaN: never read), and
+                        // compact (`rows` values a step) where the family's kernel takes it.
+                        let steps: &[usize] = if spec.wide_compact_a {
+                            &[mr, rows]
+                        } else {
+                            &[mr]
+                        };
+                        for (&a_step, cols_last) in
+                            steps.iter().flat_map(|s| (1..=nr).map(move |c| (s, c)))
+                        {
+                            let mut a = random::<T>(&mut rng, kc * a_step);
+                            for kk in 0..kc {
+                                a[kk * a_step + rows..(kk + 1) * a_step].fill(nan);
+                            }
+                            let cols = (panels - 1) * nr + cols_last;
                             let bat = |kk: usize, j: usize| b[(j / nr) * bstride + at(kk, j % nr)];
                             for accumulate in [false, true] {
                                 let ldc = 4 * nr + 2;
@@ -852,9 +929,11 @@ fn micro_kernels_called_directly_match_the_chain() {
                                 let mut c = c_between_sentinels(&c0, rows, cols, ldc, sentinel);
                                 let args = WideArgs {
                                     rows,
+                                    panels,
                                     cols_last,
                                     kc,
                                     a: a.as_ptr(),
+                                    a_step,
                                     b: BPanel {
                                         ptr: b.as_ptr(),
                                         ldb,
@@ -870,15 +949,16 @@ fn micro_kernels_called_directly_match_the_chain() {
                                 unsafe { wide(&args) };
                                 let chain = Chain {
                                     a: &a,
-                                    mr,
+                                    mr: a_step,
                                     kc,
                                     c0: accumulate.then_some(&c0[..]),
                                     sentinel,
                                 };
                                 chain.check(&c, rows, cols, ldc, bat, || {
                                     format!(
-                                        "{} {kernel:?} wide rows={rows} cols_last={cols_last} \
-                                         kc={kc} ldb={ldb} acc={accumulate}",
+                                        "{} {kernel:?} wide rows={rows} panels={panels} \
+                                         cols_last={cols_last} kc={kc} ldb={ldb} \
+                                         a_step={a_step} acc={accumulate}",
                                         T::NAME
                                     )
                                 });

@@ -63,15 +63,20 @@ impl<W> TileAux<W> {
 /// exactly to `T` as it loads it (the contract then holds for the widened values).
 pub type TileFn<T, W = T> = unsafe fn(&TileArgs<T, W>, &TileAux<W>);
 
-/// One call of a wide kernel: up to [`WIDE_ROWS`] rows against 4 consecutive B panels
-/// (`bstride` units apart, each laid out as `b` says), the last with `cols_last` live
-/// columns; C is `rows x (3 NR + cols_last)`.
+/// One call of a wide kernel: up to [`WIDE_ROWS`] rows against `panels` (1 to 4) consecutive
+/// B panels (`bstride` units apart, each laid out as `b` says), the last with `cols_last`
+/// live columns; C is `rows x ((panels - 1) NR + cols_last)`. Row `i`'s value of A at depth
+/// step `k` is `a[k * a_step + i]`: a packed A panel (`a_step` = MR), or, for a family whose
+/// wide kernel reads no other value of A ([`GemmKernels::wide_compact_a`]), a compact copy
+/// (`a_step` = rows) or the one row itself (`a_step` = 1).
 #[derive(Clone, Copy, Debug)]
 pub struct WideArgs<T, W> {
     pub rows: usize,
+    pub panels: usize,
     pub cols_last: usize,
     pub kc: usize,
     pub a: *const T,
+    pub a_step: usize,
     pub b: BPanel<W>,
     pub bstride: usize,
     pub c: CTile<T>,
@@ -126,6 +131,11 @@ pub struct GemmKernels<T, W = T> {
     /// two chunks on (see `gemm::loops`). Else whole depth blocks, no such prefetch.
     pub tile_prefetches: bool,
     pub wide: Option<WideFn<T, W>>,
+    /// Whether the wide kernel reads only the `rows` values of A a depth step, one at a time:
+    /// then the loops hand a product of at most [`WIDE_ROWS`] rows its A compact or in place
+    /// (see [`WideArgs`]) instead of packing it in MR-row panels, whose padding the other
+    /// threads would read from the packing thread's cache. Else `a_step` is always MR.
+    pub wide_compact_a: bool,
     pub stream: Option<StreamFn<T, W>>,
     pub pack_a_panel: Option<PackPanelFn<T>>,
     /// Whether the loops fetch the next row tile's A micro-panel into L2 while the current
@@ -156,6 +166,35 @@ macro_rules! by_rows {
     };
 }
 pub(crate) use by_rows;
+
+/// `$body` with the constant `$P` bound to `$panels`, a wide call's panel count (1 to 4).
+macro_rules! by_panels {
+    ($panels:expr, $P:ident => $body:expr) => {
+        match $panels {
+            4 => {
+                const $P: usize = 4;
+                $body
+            }
+            3 => {
+                const $P: usize = 3;
+                $body
+            }
+            2 => {
+                const $P: usize = 2;
+                $body
+            }
+            1 => {
+                const $P: usize = 1;
+                $body
+            }
+            panels => unreachable!(
+                "a wide kernel called for {} panels (it takes 1 to 4)",
+                panels
+            ),
+        }
+    };
+}
+pub(crate) use by_panels;
 
 #[cfg(test)]
 mod tests {

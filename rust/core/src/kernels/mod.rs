@@ -10,7 +10,8 @@
 //!   does the work of large products; it may also do either of two things beside its tile when
 //!   the loops ask ([`TileAux`]): copy the panel it reads (for B read in place), or prefetch a
 //!   given run of packed B into L2 as it goes;
-//! * optionally a **wide kernel** ([`WideFn`], 1 to [`WIDE_ROWS`] rows against four panels) and a
+//! * optionally a **wide kernel** ([`WideFn`], 1 to [`WIDE_ROWS`] rows against one to four
+//!   panels, A packed or, where the family allows, compact or in place) and a
 //!   **stream kernel** ([`StreamFn`], 1 to [`STREAM_ROWS`] rows against B read in place);
 //! * optionally a **panel packer** for A ([`PackPanelFn`]);
 //!

@@ -11,8 +11,9 @@
 //!   read next, see `gemm::loops::Ahead` and `gemm::loops::few_rows_in_chunks`); with a copy
 //!   destination, it stores the B panel it reads there as a packed copy, for B read in place
 //!   (the other row tiles read the copy).
-//! - Wide kernel (1 to 3 rows against 4 consecutive panels): the 16 vectors per row are
-//!   taken in groups of as many as the 12 accumulators allow (1 row: 8, 2 rows: 6, 3 rows: 4).
+//! - Wide kernel (1 to 3 rows against 1 to 4 consecutive panels): the 16 vectors per row
+//!   (4 a panel) are taken in groups of as many as the 12 accumulators allow (1 row: 8, 2
+//!   rows: 6, 3 rows: 4).
 //! - Stream kernel (1 to 8 rows against B read in place along whole rows): as in the AVX-512
 //!   file, C kept in memory, eight depth steps per pass.
 //!
@@ -20,7 +21,9 @@
 //! `gemm_reference`. Column edges use `vmaskmov` loads and stores; whole vectors plain ones
 //! (`vmaskmov` stores are slow on AMD cores).
 
-use crate::kernels::contract::{by_rows, BPanel, CTile, StreamArgs, TileArgs, TileAux, WideArgs};
+use crate::kernels::contract::{
+    by_panels, by_rows, BPanel, CTile, StreamArgs, TileArgs, TileAux, WideArgs,
+};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -304,28 +307,31 @@ macro_rules! avx2_impl {
             }
 
             /// `G` consecutive vectors (from vector `V0`, vector v being columns v L .. v L + L
-            /// of the four panels side by side) of `M` rows through the depth block.
+            /// of the `P` panels side by side) of `M` rows through the depth block; the
+            /// vectors past the panels (v >= 4 P) are not there (neither read nor written).
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn wide_group<const M: usize, const G: usize, const V0: usize>(
+            unsafe fn wide_group<const M: usize, const G: usize, const V0: usize, const P: usize>(
                 w: &WideArgs<$T, $T>,
             ) {
-                let WideArgs { cols_last, kc, a, bstride, accumulate, .. } = *w;
+                let WideArgs { cols_last, kc, a, a_step, bstride, accumulate, .. } = *w;
                 let (b, ldb, hoff) = (w.b.ptr, w.b.ldb, w.b.hoff);
                 let (c, ldc) = (w.c.ptr, w.c.ldc);
-                // Live columns of vector v: whole vectors in the first three panels, the
-                // last panel's `cols_last` columns after that.
+                // Vectors of the call (a constant), and the live columns of vector v: whole
+                // vectors in the first P - 1 panels, the last panel's `cols_last` columns after
+                // that.
+                let nv = (4 * P).min(V0 + G).saturating_sub(V0);
                 let live = |v: usize| {
-                    if v < 12 {
+                    if v < 4 * (P - 1) {
                         L
                     } else {
-                        cols_last.saturating_sub((v - 12) * L).min(L)
+                        cols_last.saturating_sub((v - 4 * (P - 1)) * L).min(L)
                     }
                 };
                 let boff = |v: usize| (v / 4) * bstride + voff(v % 4, hoff);
                 let mut acc = [[$zero(); G]; M];
                 if accumulate {
                     for i in 0..M {
-                        for g in 0..G {
+                        for g in 0..nv {
                             let v = V0 + g;
                             let cp = c.add(i * ldc + v * L);
                             acc[i][g] = if live(v) == L {
@@ -341,13 +347,16 @@ macro_rules! avx2_impl {
                 let in_place = !packed(ldb);
                 for _ in 0..kc {
                     if in_place {
-                        for g in 0..G {
+                        for g in 0..nv {
                             let ahead = PF_WIDE * ldb + boff(V0 + g);
                             _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead) as *const i8);
                         }
                     } else if M == 3 && hoff != H {
                         // Halves: a line of each a step (the pass reads one panel).
                         for g in [0, G / 2] {
+                            if g >= nv {
+                                continue;
+                            }
                             let ahead = PF_WIDE_HALVES * ldb + boff(V0 + g);
                             _mm_prefetch::<_MM_HINT_T1>(bp.wrapping_add(ahead) as *const i8);
                         }
@@ -356,17 +365,17 @@ macro_rules! avx2_impl {
                     for i in 0..M {
                         av[i] = $set1(*ap.add(i));
                     }
-                    for g in 0..G {
+                    for g in 0..nv {
                         let bv = $loadu(bp.add(boff(V0 + g)));
                         for i in 0..M {
                             acc[i][g] = $fmadd(av[i], bv, acc[i][g]);
                         }
                     }
-                    ap = ap.add($MR);
+                    ap = ap.add(a_step);
                     bp = bp.add(ldb);
                 }
                 for i in 0..M {
-                    for g in 0..G {
+                    for g in 0..nv {
                         let v = V0 + g;
                         let cp = c.add(i * ldc + v * L);
                         if live(v) == L {
@@ -378,30 +387,42 @@ macro_rules! avx2_impl {
                 }
             }
 
-            /// The wide kernel: the 16 vectors a row of the four panels side by side, in
-            /// groups of as many as the 12 accumulators hold (1 row: 8, 2 rows: 6, 3 rows: 4).
+            /// The wide kernel: the 4 P vectors a row of the P panels side by side, in groups
+            /// of as many as the 12 accumulators hold (1 row: 8, 2 rows: 6, 3 rows: 4).
             ///
             /// # Safety
             /// The CPU supports AVX2 and FMA; `w` describes a wide call of 1 to 3 rows (see
             /// [`crate::kernels::WideArgs`]).
             pub unsafe fn wide(w: &WideArgs<$T, $T>) {
-                by_rows!(w.rows, [1, 2, 3], R => match R {
+                by_rows!(w.rows, [1, 2, 3], R => by_panels!(w.panels, P => match R {
                     1 => {
-                        wide_group::<R, 8, 0>(w);
-                        wide_group::<R, 8, 8>(w);
+                        wide_group::<R, 8, 0, P>(w);
+                        if P > 2 {
+                            wide_group::<R, 8, 8, P>(w);
+                        }
                     }
                     2 => {
-                        wide_group::<R, 6, 0>(w);
-                        wide_group::<R, 6, 6>(w);
-                        wide_group::<R, 4, 12>(w);
+                        wide_group::<R, 6, 0, P>(w);
+                        if P > 1 {
+                            wide_group::<R, 6, 6, P>(w);
+                        }
+                        if P > 3 {
+                            wide_group::<R, 4, 12, P>(w);
+                        }
                     }
                     _ => {
-                        wide_group::<R, 4, 0>(w);
-                        wide_group::<R, 4, 4>(w);
-                        wide_group::<R, 4, 8>(w);
-                        wide_group::<R, 4, 12>(w);
+                        wide_group::<R, 4, 0, P>(w);
+                        if P > 1 {
+                            wide_group::<R, 4, 4, P>(w);
+                        }
+                        if P > 2 {
+                            wide_group::<R, 4, 8, P>(w);
+                        }
+                        if P > 3 {
+                            wide_group::<R, 4, 12, P>(w);
+                        }
                     }
-                })
+                }))
             }
 
             /// Few rows of A against B read in place along its whole rows: C kept in memory,

@@ -1,5 +1,5 @@
 //! AVX-512F kernels against B in a block format (`q8_0`, `q4_0` panels, float32 A and C): the
-//! float32 tile (12 x 32) and wide (1-3 rows x 4 panels) kernels with each block's 32 float16
+//! float32 tile (12 x 32) and wide (1-3 rows x 1-4 panels) kernels with each block's 32 float16
 //! scales widened once (`vcvtph2ps`, two vectors) and each depth step's 32 integers widened to
 //! float32 weights in registers, then the same FMA chain as the float32 kernels.
 //!
@@ -14,7 +14,7 @@
 
 use crate::formats::block::{BlockFormat, QK, SCALE_BYTES};
 use crate::formats::{Q4_0, Q8_0};
-use crate::kernels::contract::{by_rows, TileArgs, TileAux, WideArgs};
+use crate::kernels::contract::{by_panels, by_rows, TileArgs, TileAux, WideArgs};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -155,30 +155,20 @@ macro_rules! avx512_blocks {
             }
         }
 
-        /// 1 to 3 rows against 4 consecutive panels (`bstride` bytes apart): 8 accumulators a
-        /// row, the four panels' scales widened once a block (kept where the compiler likes:
-        /// registers, or the stack for three rows, read as memory operands).
+        /// 1 to 3 rows against `P` (1 to 4) consecutive panels (`bstride` bytes apart): two
+        /// accumulators a row and panel, the panels' scales widened once a block (kept where
+        /// the compiler likes: registers, or the stack for three rows, read as memory operands).
         #[target_feature(enable = "avx512f")]
-        unsafe fn $wide<const M: usize>(w: &WideArgs<f32, $W>) {
+        unsafe fn $wide<const M: usize, const P: usize>(w: &WideArgs<f32, $W>) {
             const STEP: usize = <$W as BlockFormat>::STEP_BYTES;
-            let WideArgs { cols_last, kc, a, bstride, accumulate, .. } = *w;
+            let WideArgs { cols_last, kc, a, a_step, bstride, accumulate, .. } = *w;
             let (b, ldb) = (w.b.ptr as *const u8, w.b.ldb);
             let (c, ldc) = (w.c.ptr, w.c.ldc);
-            let full: __mmask16 = !0;
-            let masks = [
-                full,
-                full,
-                full,
-                full,
-                full,
-                full,
-                lane_mask(cols_last),
-                lane_mask(cols_last.saturating_sub(16)),
-            ];
+            let masks = super::wide_masks::wide_masks::<P>(cols_last, 16).map(|m| m as __mmask16);
             let mut acc = [[_mm512_setzero_ps(); 8]; M];
             if accumulate {
                 for i in 0..M {
-                    for v in 0..8 {
+                    for v in 0..2 * P {
                         acc[i][v] = _mm512_maskz_loadu_ps(
                             masks[v],
                             c.add(i * ldc + (v / 2) * 32 + (v % 2) * 16),
@@ -192,7 +182,7 @@ macro_rules! avx512_blocks {
             let mut left = kc;
             while left > 0 {
                 let mut d = [(_mm512_setzero_ps(), _mm512_setzero_ps()); 4];
-                for q in 0..4 {
+                for q in 0..P {
                     d[q] = scales(blk.add(q * bstride));
                 }
                 let sp = blk.add(SCALE_BYTES);
@@ -201,37 +191,37 @@ macro_rules! avx512_blocks {
                     for i in 0..M {
                         av[i] = _mm512_set1_ps(*ap.add(i));
                     }
-                    for q in 0..4 {
+                    for q in 0..P {
                         let wq = $widen(sp.add(q * bstride + s * STEP), d[q]);
                         for i in 0..M {
                             acc[i][2 * q] = _mm512_fmadd_ps(av[i], wq.0, acc[i][2 * q]);
                             acc[i][2 * q + 1] = _mm512_fmadd_ps(av[i], wq.1, acc[i][2 * q + 1]);
                         }
                     }
-                    ap = ap.add(MR);
+                    ap = ap.add(a_step);
                 };
                 if left >= QK {
                     // A cache line of each panel's stream every 64 bytes of steps (and the
                     // block's last line with the first): into L1 one block ahead, into L2 two
                     // blocks ahead (benches/JOURNAL.md). Past the panel's end the stream goes
-                    // on in the panel four on: the loops hand this kernel a depth block's
-                    // panels four at a time, consecutive `bstride` apart, so the next call's
-                    // first blocks arrive during this call's last ones. Only a hint: an address
-                    // past the packed matrix is never read and a prefetch does not fault.
+                    // on in the panel P on: the loops hand this kernel a depth block's panels
+                    // four at a time, consecutive `bstride` apart, so the next call's first
+                    // blocks arrive during this call's last ones. Only a hint: an address past
+                    // the packed matrix is never read and a prefetch does not fault.
                     let cur = (kc - left) / QK;
                     let stream = |q: usize, dist: usize| {
                         let t = cur + dist;
                         if t < blocks {
                             b.wrapping_add(q * bstride + t * ldb)
                         } else {
-                            b.wrapping_add((4 + q) * bstride + (t - blocks) * ldb)
+                            b.wrapping_add((P + q) * bstride + (t - blocks) * ldb)
                         }
                     };
                     let near = [stream(0, 1), stream(1, 1), stream(2, 1), stream(3, 1)];
                     let far = [stream(0, 2), stream(1, 2), stream(2, 2), stream(3, 2)];
                     const U: usize = 64 / <$W as BlockFormat>::STEP_BYTES;
                     for g in 0..QK / U {
-                        for q in 0..4 {
+                        for q in 0..P {
                             let (l1, l2) = (near[q].wrapping_add(g * 64), far[q].wrapping_add(g * 64));
                             _mm_prefetch::<_MM_HINT_T0>(l1 as *const i8);
                             _mm_prefetch::<_MM_HINT_T1>(l2 as *const i8);
@@ -254,7 +244,7 @@ macro_rules! avx512_blocks {
                 blk = blk.add(ldb);
             }
             for i in 0..M {
-                for v in 0..8 {
+                for v in 0..2 * P {
                     _mm512_mask_storeu_ps(
                         c.add(i * ldc + (v / 2) * 32 + (v % 2) * 16),
                         masks[v],
@@ -267,7 +257,7 @@ macro_rules! avx512_blocks {
         /// # Safety
         /// See [`crate::kernels::WideArgs`]; the CPU supports AVX-512F; rows <= 3.
         pub unsafe fn $wide_entry(w: &WideArgs<f32, $W>) {
-            by_rows!(w.rows, [3, 2, 1], R => $wide::<R>(w))
+            by_rows!(w.rows, [3, 2, 1], R => by_panels!(w.panels, P => $wide::<R, P>(w)))
         }
 
         /// The tile kernel; with a prefetch run in `aux`, it also fetches the run's lines into

@@ -6,7 +6,7 @@
 //! read next while the row tiles compute (`gemm::loops::Ahead` for row blocks of many tiles,
 //! `gemm::loops::few_rows_in_chunks` for at most 36 rows).
 
-use crate::kernels::contract::{by_rows, StreamArgs, TileArgs, TileAux, WideArgs};
+use crate::kernels::contract::{by_panels, by_rows, StreamArgs, TileArgs, TileAux, WideArgs};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -87,22 +87,20 @@ macro_rules! avx512_kernel {
             }
         }
 
-        /// Few rows (1 to 3) against 4 consecutive B panels at once: 8 independent vectors per
-        /// row keep the FMA pipes busy and read 4 memory streams in parallel (the decode case).
+        /// Few rows (1 to 3) against `P` (1 to 4) consecutive B panels at once: with four, 8
+        /// independent vectors per row keep the FMA pipes busy and read 4 memory streams in
+        /// parallel (the decode case); fewer for the last panels of a thread's share.
         #[target_feature(enable = "avx512f")]
-        unsafe fn $wide<const M: usize>(w: &WideArgs<$T, $T>) {
-            let WideArgs { cols_last, kc, a, bstride, accumulate, .. } = *w;
+        unsafe fn $wide<const M: usize, const P: usize>(w: &WideArgs<$T, $T>) {
+            let WideArgs { cols_last, kc, a, a_step, bstride, accumulate, .. } = *w;
             let (b, ldb, hoff) = (w.b.ptr, w.b.ldb, w.b.hoff);
             let (c, ldc) = (w.c.ptr, w.c.ldc);
             const NR: usize = 2 * $LANES;
-            let m0 = lane_mask(cols_last, $LANES) as $mask;
-            let m1 = lane_mask(cols_last.saturating_sub($LANES), $LANES) as $mask;
-            let full: $mask = !0;
-            let masks = [full, full, full, full, full, full, m0, m1];
+            let masks = super::wide_masks::wide_masks::<P>(cols_last, $LANES).map(|m| m as $mask);
             let mut acc = [[$zero(); 8]; M];
             if accumulate {
                 for i in 0..M {
-                    for v in 0..8 {
+                    for v in 0..2 * P {
                         acc[i][v] = $maskz_loadu(
                             masks[v],
                             c.add(i * ldc + (v / 2) * NR + (v % 2) * $LANES),
@@ -120,22 +118,22 @@ macro_rules! avx512_kernel {
                 if ldb != NR && ldb != $LANES {
                     // B read in place: rows far apart, which the hardware prefetcher does not
                     // follow; ask for the row PF_WIDE steps ahead of each panel.
-                    for v in 0..8 {
+                    for v in 0..2 * P {
                         let ahead = PF_WIDE * ldb + (v / 2) * bstride + (v % 2) * hoff;
                         _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(ahead) as *const i8);
                     }
                 }
-                for v in 0..8 {
+                for v in 0..2 * P {
                     let bv = $loadu(bp.add((v / 2) * bstride + (v % 2) * hoff));
                     for i in 0..M {
                         acc[i][v] = $fmadd(av[i], bv, acc[i][v]);
                     }
                 }
-                ap = ap.add($MR);
+                ap = ap.add(a_step);
                 bp = bp.add(ldb);
             }
             for i in 0..M {
-                for v in 0..8 {
+                for v in 0..2 * P {
                     $mask_storeu(
                         c.add(i * ldc + (v / 2) * NR + (v % 2) * $LANES),
                         masks[v],
@@ -249,7 +247,7 @@ macro_rules! avx512_kernel {
         /// The CPU supports AVX-512F; `w` describes a wide call (see
         /// [`crate::kernels::WideArgs`]) of 1 to 3 rows.
         pub unsafe fn $wide_entry(w: &WideArgs<$T, $T>) {
-            by_rows!(w.rows, [3, 2, 1], R => $wide::<R>(w))
+            by_rows!(w.rows, [3, 2, 1], R => by_panels!(w.panels, P => $wide::<R, P>(w)))
         }
 
         /// The tile kernel; with a prefetch run in `aux`, it also fetches the run's lines into

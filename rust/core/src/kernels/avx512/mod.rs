@@ -6,6 +6,7 @@
 mod blocks;
 mod gemm;
 mod peak;
+mod wide_masks;
 mod widen16;
 
 use super::contract::GemmKernels;
@@ -26,6 +27,7 @@ impl Family for Avx512 {
             tile_copies: false,
             tile_prefetches: true,
             wide: Some(gemm::wide_f32),
+            wide_compact_a: true,
             stream: Some(gemm::stream_f32),
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
             fetch_next_a: false,
@@ -39,6 +41,7 @@ impl Family for Avx512 {
             tile_copies: false,
             tile_prefetches: true,
             wide: Some(gemm::wide_f64),
+            wide_compact_a: true,
             stream: Some(gemm::stream_f64),
             pack_a_panel: Some(super::avx2::pack::pack_rows_f64::<12>),
             fetch_next_a: false,
@@ -52,6 +55,7 @@ impl Family for Avx512 {
             tile_copies: false,
             tile_prefetches: false,
             wide: Some(widen16::wide_bf16),
+            wide_compact_a: true,
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
             fetch_next_a: false,
@@ -65,6 +69,7 @@ impl Family for Avx512 {
             tile_copies: false,
             tile_prefetches: false,
             wide: Some(widen16::wide_f16),
+            wide_compact_a: true,
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
             fetch_next_a: false,
@@ -78,6 +83,7 @@ impl Family for Avx512 {
             tile_copies: false,
             tile_prefetches: true,
             wide: Some(blocks::wide_q8_0),
+            wide_compact_a: true,
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
             fetch_next_a: false,
@@ -91,6 +97,7 @@ impl Family for Avx512 {
             tile_copies: false,
             tile_prefetches: true,
             wide: Some(blocks::wide_q4_0),
+            wide_compact_a: true,
             stream: None,
             pack_a_panel: Some(super::avx2::pack::pack_rows_f32::<12>),
             fetch_next_a: false,

@@ -1,10 +1,10 @@
 //! AVX-512F kernels against 16-bit B (bfloat16 or float16 panels, float32 A and C): the
-//! float32 tile (12 x 32) and wide (1-3 rows x 4 panels) kernels with each 16-value half of a
+//! float32 tile (12 x 32) and wide (1-3 rows x 1-4 panels) kernels with each 16-value half of a
 //! B step loaded as 32 bytes and widened in a register (bfloat16: zero-extend and shift left
 //! by 16; float16: `vcvtph2ps`), both exact, then the same FMA chain as the float32 kernels.
 
 use crate::formats::{Bf16, F16};
-use crate::kernels::contract::{by_rows, TileArgs, TileAux, WideArgs};
+use crate::kernels::contract::{by_panels, by_rows, TileArgs, TileAux, WideArgs};
 use std::arch::x86_64::*;
 
 /// Rows of a tile (the A panel height these kernels read).
@@ -93,25 +93,15 @@ macro_rules! avx512_widen16 {
         }
 
         #[target_feature(enable = "avx512f")]
-        unsafe fn $wide<const M: usize>(w: &WideArgs<f32, $H>) {
-            let WideArgs { cols_last, kc, a, bstride, accumulate, .. } = *w;
+        unsafe fn $wide<const M: usize, const P: usize>(w: &WideArgs<f32, $H>) {
+            let WideArgs { cols_last, kc, a, a_step, bstride, accumulate, .. } = *w;
             let (b, ldb, hoff) = (w.b.ptr, w.b.ldb, w.b.hoff);
             let (c, ldc) = (w.c.ptr, w.c.ldc);
-            let full: __mmask16 = !0;
-            let masks = [
-                full,
-                full,
-                full,
-                full,
-                full,
-                full,
-                lane_mask(cols_last),
-                lane_mask(cols_last.saturating_sub(16)),
-            ];
+            let masks = super::wide_masks::wide_masks::<P>(cols_last, 16).map(|m| m as __mmask16);
             let mut acc = [[_mm512_setzero_ps(); 8]; M];
             if accumulate {
                 for i in 0..M {
-                    for v in 0..8 {
+                    for v in 0..2 * P {
                         acc[i][v] = _mm512_maskz_loadu_ps(
                             masks[v],
                             c.add(i * ldc + (v / 2) * NR + (v % 2) * 16),
@@ -124,8 +114,8 @@ macro_rules! avx512_widen16 {
             let halves = hoff != NR / 2;
             for kk in 0..kc {
                 // Panel q's step PF_WIDE ahead. Past the call's last step the stream goes on in
-                // the panel four on: the loops hand this kernel a depth block's panels four at
-                // a time, `bstride` apart, so the next call's first steps arrive during this
+                // the panel P on: the loops hand this kernel a depth block's panels four at a
+                // time, `bstride` apart, so the next call's first steps arrive during this
                 // call's last ones (past its own end, panel q's stream would run into panel
                 // q + 1, already read). Only a hint: an address past the packed matrix is never
                 // read, and a prefetch does not fault.
@@ -134,17 +124,17 @@ macro_rules! avx512_widen16 {
                     if t < kc {
                         b.wrapping_add(q * bstride + t * ldb)
                     } else {
-                        b.wrapping_add((4 + q) * bstride + (t - kc) * ldb)
+                        b.wrapping_add((P + q) * bstride + (t - kc) * ldb)
                     }
                 };
                 if !halves {
                     // Step by step: a step of each panel is one line.
-                    for q in 0..4 {
+                    for q in 0..P {
                         _mm_prefetch::<_MM_HINT_T0>(ahead(q) as *const i8);
                     }
                 } else if kk % 2 == 0 {
                     // Each half of each panel, every other step (a half's step is half a line).
-                    for q in 0..4 {
+                    for q in 0..P {
                         let ahead = ahead(q);
                         _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(hoff) as *const i8);
@@ -154,17 +144,17 @@ macro_rules! avx512_widen16 {
                 for i in 0..M {
                     av[i] = _mm512_set1_ps(*ap.add(i));
                 }
-                for v in 0..8 {
+                for v in 0..2 * P {
                     let bv = $widen(bp.add((v / 2) * bstride + (v % 2) * hoff));
                     for i in 0..M {
                         acc[i][v] = _mm512_fmadd_ps(av[i], bv, acc[i][v]);
                     }
                 }
-                ap = ap.add(MR);
+                ap = ap.add(a_step);
                 bp = bp.add(ldb);
             }
             for i in 0..M {
-                for v in 0..8 {
+                for v in 0..2 * P {
                     _mm512_mask_storeu_ps(
                         c.add(i * ldc + (v / 2) * NR + (v % 2) * 16),
                         masks[v],
@@ -177,7 +167,7 @@ macro_rules! avx512_widen16 {
         /// # Safety
         /// See [`crate::kernels::WideArgs`]; the CPU supports AVX-512F; rows <= 3.
         pub unsafe fn $wide_entry(w: &WideArgs<f32, $H>) {
-            by_rows!(w.rows, [3, 2, 1], R => $wide::<R>(w))
+            by_rows!(w.rows, [3, 2, 1], R => by_panels!(w.panels, P => $wide::<R, P>(w)))
         }
 
         /// # Safety

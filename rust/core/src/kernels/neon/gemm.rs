@@ -235,15 +235,18 @@ macro_rules! neon_blocks {
             }
         }
 
-        /// Few rows (1 to 3) against 4 consecutive B panels (`bstride` apart, the last with
-        /// `cols_last` live columns), the decode case: one row takes two panels at a time (16
-        /// accumulators, two memory streams), two or three rows one panel at a time.
+        /// Few rows (1 to 3) against 1 to 4 consecutive B panels (`bstride` apart, the last
+        /// with `cols_last` live columns), the decode case: one row takes two panels at a time
+        /// (16 accumulators, two memory streams), two or three rows one panel at a time. A is
+        /// a packed panel (`a_step` = MR: the register blocks load a step's values a vector at
+        /// a time).
         ///
         /// # Safety
-        /// See [`crate::kernels::WideArgs`]; rows <= 3.
+        /// See [`crate::kernels::WideArgs`]; rows <= 3, panels 1 to 4, `a_step` MR.
         pub unsafe fn $wide_entry(w: &WideArgs<$T, $B>) {
             const NR: usize = $L * 8;
-            let cols = 3 * NR + w.cols_last;
+            debug_assert_eq!(w.a_step, $MR);
+            let cols = (w.panels - 1) * NR + w.cols_last;
             // Panels `q ..` of the four as one register block's tile.
             let from = |q: usize| TileArgs {
                 rows: w.rows,
@@ -262,11 +265,14 @@ macro_rules! neon_blocks {
             };
             by_rows!(w.rows, [1, 2, 3], R => {
                 if R == 1 {
-                    for pair in 0..2 {
+                    for pair in 0..w.panels / 2 {
                         $block::<R, 2, 8>(&from(2 * pair), w.bstride);
                     }
+                    if w.panels % 2 == 1 {
+                        $block::<R, 1, 8>(&from(w.panels - 1), 0);
+                    }
                 } else {
-                    for q in 0..4 {
+                    for q in 0..w.panels {
                         $block::<R, 1, 8>(&from(q), 0);
                     }
                 }

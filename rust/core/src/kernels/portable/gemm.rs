@@ -62,6 +62,7 @@ pub fn kernels<T: RowFma, W: WidensTo<T>>() -> GemmKernels<T, W> {
         tile_copies: false,
         tile_prefetches: false,
         wide: None,
+        wide_compact_a: false,
         stream: None,
         pack_a_panel: None,
         fetch_next_a: false,
