@@ -310,13 +310,26 @@ fn build_stored(
     out.map_err(to_py_err)
 }
 
-/// Stop between layers when Python has a pending signal (Ctrl-C).
+/// How long a run goes between asks for pending signals (each takes the GIL, a few
+/// microseconds): a Ctrl-C still stops it at once to a person, and a decode step, a few dozen
+/// layers of tens of microseconds each, asks once instead of once a layer.
+const SIGNAL_POLL_NS: u64 = 2_000_000;
+
+/// Stop between layers when Python has a pending signal (Ctrl-C): the core's check between
+/// layers asks Python at its first call and then once [`SIGNAL_POLL_NS`] has passed.
 fn run_checked<R: Send>(
     py: Python<'_>,
     f: impl FnOnce(&(dyn Fn() -> gptcore_core::Result<()> + Sync)) -> gptcore_core::Result<R> + Send,
 ) -> PyResult<R> {
     let pending: Mutex<Option<PyErr>> = Mutex::new(None);
+    let start = std::time::Instant::now();
+    let next_ask = AtomicU64::new(0);
     let check = || -> gptcore_core::Result<()> {
+        let now = start.elapsed().as_nanos() as u64;
+        if now < next_ask.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        next_ask.store(now + SIGNAL_POLL_NS, Ordering::Relaxed);
         Python::attach(|py| py.check_signals()).map_err(|e| {
             *pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             Error::Value("interrupted".into())
