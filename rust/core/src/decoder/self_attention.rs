@@ -121,9 +121,6 @@ impl<T: Float> SelfAttention<T> {
     }
 }
 
-/// The work (flops) above which a pass's attention items are shared among the threads.
-const PARALLEL_ATTENTION_FLOPS: f64 = 4e5;
-
 /// Rotates every query and key head of the rows of `qkv` by the row's position.
 fn rotate<T: Float>(qkv: &mut [T], cols: Columns, pass: &Pass, table: &RotaryTable<T>) {
     let (dh, w) = (cols.dh, cols.width());
@@ -215,22 +212,10 @@ fn attend<T: Float>(qkv: &[T], heads: &[HeadKv<T>], att: &mut Vec<T>, cols: Colu
         // other item writes its output region.
         unsafe { attend_block(pass.kernel, kv, &blk, pass.causal, scratch) };
     };
-    // The items' multiply-adds: each query row against the keys it sees, for the scores and
-    // again for the values. A decode step over a short context is a few microseconds of work
-    // in all, less than handing it to the thread team costs.
-    let keys = |si: usize, q0: usize, nq: usize| {
-        let seg = &pass.segments[si];
-        if pass.causal {
-            q0 + nq
-        } else {
-            seg.p0 + seg.rows
-        }
-    };
-    let flops: f64 = items
-        .iter()
-        .map(|&(si, _, q0, nq)| (4 * nq * keys(si, q0, nq) * dh) as f64)
-        .sum();
-    if items.len() > 1 && flops > PARALLEL_ATTENTION_FLOPS && threads::num_threads() > 1 {
+    // Shared among the threads even for a decode step over a short context (a few
+    // microseconds of work): the team is still awake from the product before, and the other
+    // threads would wait for this one anyway (benches/JOURNAL.md).
+    if items.len() > 1 && threads::num_threads() > 1 {
         threads::parallel_for_init(items.len(), Scratch::default, |s, i| work(&items[i], s));
     } else {
         let mut s = Scratch::default();
