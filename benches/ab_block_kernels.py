@@ -8,7 +8,8 @@ family in use. Each build is an installed copy of the package in a directory of 
 process of its own; the driver hands each case to both workers in turn, the order swapped
 every round, and prints the medians of each build's time per product (the fastest of three
 passes over the matrices a sample), the read rate of B they mean, and the median of the
-per-round ratios of speeds new / old (above 1: the new build is faster), with their range.
+per-round ratios of speeds new / old (above 1: the new build is faster): the geometric mean of
+two passes, one with each build's worker started first (``--passes``).
 Before timing, the products of the two builds are compared (a hash of their bits): any
 difference stops the run. ``--env-old`` / ``--env-new`` (``NAME=VALUE``) set a variable in one
 worker only (a kernel family, ``GPTCORE_KERNEL=avx2``).
@@ -80,69 +81,91 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=256, help="packed weights per format, MiB")
     ap.add_argument("--env-old", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--env-new", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--passes", type=int, choices=(1, 2), default=2,
+                    help="2: a pass with each build's worker started first (default); 1: old first")
     args = ap.parse_args()
     base = {
         k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
     }
-    workers = {}
-    for name, path, extra in (("old", args.old, args.env_old), ("new", args.new, args.env_new)):
-        # The worker imports the build installed in `path` (never the source tree).
-        env = dict(base, **dict(kv.split("=", 1) for kv in extra), PYTHONPATH=os.path.abspath(path))
-        workers[name] = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--worker", str(args.mib)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd="/",
-        )
-        line = workers[name].stdout.readline()
-        if not line:
-            raise SystemExit(f"the worker for {path} stopped (see its error above)")
-        imported = json.loads(line)["ready"]
-        if not imported.startswith(os.path.abspath(path)):
-            raise SystemExit(f"the worker for {path} imported gptcore from {imported}")
-        print(f"{name}: {imported}")
+    builds = {"old": (args.old, args.env_old), "new": (args.new, args.env_new)}
 
-    def ask(name: str, case: dict) -> dict:
+    def start(order) -> dict:
+        workers = {}
+        for name in order:
+            path, extra = builds[name]
+            # The worker imports the build installed in `path` (never the source tree).
+            env = dict(base, **dict(kv.split("=", 1) for kv in extra), PYTHONPATH=os.path.abspath(path))
+            workers[name] = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--worker", str(args.mib)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd="/",
+            )
+            line = workers[name].stdout.readline()
+            if not line:
+                raise SystemExit(f"the worker for {path} stopped (see its error above)")
+            imported = json.loads(line)["ready"]
+            if not imported.startswith(os.path.abspath(path)):
+                raise SystemExit(f"the worker for {path} imported gptcore from {imported}")
+            print(f"{name}: {imported}")
+        return workers
+
+    def ask(workers: dict, name: str, case: dict) -> dict:
         w = workers[name]
         w.stdin.write(json.dumps(case) + "\n")
         w.stdin.flush()
         return json.loads(w.stdout.readline())
 
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    cases = [
+        {"fmt": fmt, "threads": threads, "rows": rows}
+        for rows in [int(r) for r in args.rows.split(",")]
+        for threads in [int(t) for t in args.threads.split(",")]
+        for fmt in FORMATS
+    ]
+    # Per case: each pass's (old times, new times, old / new ratios). On this project's VMs the
+    # second-started of two identical workers has run up to a tenth faster on some cases,
+    # whichever build it held (benches/JOURNAL.md, 2026-12-06): a pass with each started first.
+    results = {i: [] for i in range(len(cases))}
     failed = False
-    for rows in [int(r) for r in args.rows.split(",")]:
-        for threads in [int(t) for t in args.threads.split(",")]:
-            for fmt in FORMATS:
-                case = {"fmt": fmt, "threads": threads, "rows": rows}
-                times = {"old": [], "new": []}
-                ratios = []
-                for r in range(args.rounds):
-                    res = {
-                        n: ask(n, case) for n in (("old", "new") if r % 2 == 0 else ("new", "old"))
-                    }
-                    if res["old"]["hash"] != res["new"]["hash"]:
-                        print(f"{fmt} rows={rows} threads={threads}: the builds' products differ")
-                        failed = True
-                        break
-                    for n, ts in times.items():
-                        ts.append(res[n]["t"])
-                    ratios.append(res["old"]["t"] / res["new"]["t"])
-                else:
-                    nb = res["old"]["bytes"]
-                    to, tn = statistics.median(times["old"]), statistics.median(times["new"])
-                    print(
-                        f"{fmt} rows={rows} threads={threads}: old {to * 1e6:7.1f} us "
-                        f"({nb / to / 1e9:5.2f} GB/s), new {tn * 1e6:7.1f} us "
-                        f"({nb / tn / 1e9:5.2f} GB/s), new / old x{statistics.median(ratios):.3f} "
-                        f"[{min(ratios):.3f}-{max(ratios):.3f}]",
-                        flush=True,
-                    )
+    for order in (("old", "new"), ("new", "old"))[: args.passes]:
+        workers = start(order)
+        for i, case in enumerate(cases):
+            times = {"old": [], "new": []}
+            ratios = []
+            for r in range(args.rounds):
+                res = {
+                    n: ask(workers, n, case) for n in (("old", "new") if r % 2 == 0 else ("new", "old"))
+                }
+                if res["old"]["hash"] != res["new"]["hash"]:
+                    print(f"{case}: the builds' products differ")
+                    failed = True
+                    break
+                for n, ts in times.items():
+                    ts.append(res[n]["t"])
+                ratios.append(res["old"]["t"] / res["new"]["t"])
+            results[i].append((times, ratios, res["old"]["bytes"]))
+        for w in workers.values():
+            w.stdin.close()
+            w.wait()
+    for i, case in enumerate(cases):
+        runs = [r for r in results[i] if r[1]]
+        if not runs:
+            continue
+        nb = runs[0][2]
+        to = statistics.median([t for times, _, _ in runs for t in times["old"]])
+        tn = statistics.median([t for times, _, _ in runs for t in times["new"]])
+        meds = [statistics.median(ratios) for _, ratios, _ in runs]
+        print(
+            f"{case['fmt']} rows={case['rows']} threads={case['threads']}: old {to * 1e6:7.1f} us "
+            f"({nb / to / 1e9:5.2f} GB/s), new {tn * 1e6:7.1f} us ({nb / tn / 1e9:5.2f} GB/s), "
+            f"new / old x{statistics.geometric_mean(meds):.3f} (passes: "
+            + ", ".join(f"{m:.3f}" for m in meds) + ")",
+            flush=True,
+        )
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
-    for w in workers.values():
-        w.stdin.close()
-        w.wait()
     sys.exit(1 if failed else 0)
 
 

@@ -20,6 +20,11 @@ Cases, each with 1 and 2 threads:
 Before timing, each case's output is compared between the builds: any difference in any bit
 stops the run (a refactoring must not change a result).
 
+Two passes by default (``--passes``): the old build's worker started first, then the new
+build's first. On this project's VMs the second-started of two identical workers has run up to
+a tenth faster on some cases, whichever build it held (benches/JOURNAL.md, 2026-12-06); each
+pass's median is printed and the ratio quoted is their geometric mean.
+
 Run (after building the two wheels):
 
     pip install --no-deps --target /tmp/ab/old dist-old/gptcore-*.whl
@@ -190,6 +195,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--min-time", type=float, default=0.1, help="seconds of one sample at least")
     ap.add_argument("--rotate-mib", type=int, default=160)
+    ap.add_argument("--passes", type=int, choices=(1, 2), default=2,
+                    help="2: a pass with each build's worker started first (default); 1: old first")
     ap.add_argument("--only", default="",
                     help="run the cases whose name contains one of these (comma-separated)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -201,44 +208,56 @@ def main() -> int:
         ap.error("--old and --new are required")
     threads = [int(t) for t in args.threads.split(",")]
     print(f"# new / old speed, {cpu_name()}, {os.cpu_count()} CPUs; medians of {args.rounds} rounds "
-          f"(each a sample of each build, the order swapped every round), min..max in brackets")
+          f"(each a sample of each build, the order swapped every round), min..max in brackets; "
+          f"{args.passes} pass(es): old's worker started first, then new's")
     print()
-    print("| kernel | case | threads | new / old | spread |")
-    print("|---|---|---|---|---|")
+    print("| kernel | case | threads | new / old | pass: old first | pass: new first |")
+    print("|---|---|---|---|---|---|")
     ratios_all = []
+    selected = [c for c in cases()
+                if not args.only or any(o in c["name"] for o in args.only.split(","))]
     for kernel in args.kernels.split(","):
-        old = Build(args.old, kernel, args.rotate_mib)
-        new = Build(args.new, kernel, args.rotate_mib)
-        if old.info["native"] == new.info["native"] and os.path.realpath(args.old) != os.path.realpath(args.new):
-            raise SystemExit("both workers loaded the same extension")
-        if old.info["kernel"] != new.info["kernel"]:
-            raise SystemExit(f"kernels differ: {old.info['kernel']} / {new.info['kernel']}")
-        label = old.info["kernel"]
-        try:
-            for case in cases():
-                if args.only and not any(o in case["name"] for o in args.only.split(",")):
-                    continue
-                for t in threads:
-                    d_old = old.ask(op="digest", case=case, threads=t)
-                    d_new = new.ask(op="digest", case=case, threads=t)
-                    if d_old != d_new:
-                        raise SystemExit(f"{case['name']}, {t} threads: the builds' results differ")
-                    # Repetitions for a sample of at least --min-time (from a first timing).
-                    once = old.ask(op="time", case=case, threads=t, reps=1)["seconds"]
-                    reps = max(1, int(args.min_time / max(once, 1e-6) + 0.999))
-                    ratios = []
-                    for r in range(args.rounds):
-                        pair = (old, new) if r % 2 == 0 else (new, old)
-                        secs = {id(b): b.ask(op="time", case=case, threads=t, reps=reps)["seconds"]
-                                for b in pair}
-                        ratios.append(secs[id(old)] / secs[id(new)])
-                    med = statistics.median(ratios)
-                    ratios_all.append(med)
-                    print(f"| {label} | {case['name']} | {t} | {med:.3f} | "
-                          f"{min(ratios):.2f}..{max(ratios):.2f} |", flush=True)
-        finally:
-            old.close()
-            new.close()
+        # Per (case, threads): the pass medians and spreads, in pass order.
+        passes = {}
+        for first_old in (True, False)[:args.passes]:
+            if first_old:
+                old = Build(args.old, kernel, args.rotate_mib)
+                new = Build(args.new, kernel, args.rotate_mib)
+            else:
+                new = Build(args.new, kernel, args.rotate_mib)
+                old = Build(args.old, kernel, args.rotate_mib)
+            if old.info["native"] == new.info["native"] and os.path.realpath(args.old) != os.path.realpath(args.new):
+                raise SystemExit("both workers loaded the same extension")
+            if old.info["kernel"] != new.info["kernel"]:
+                raise SystemExit(f"kernels differ: {old.info['kernel']} / {new.info['kernel']}")
+            label = old.info["kernel"]
+            try:
+                for case in selected:
+                    for t in threads:
+                        d_old = old.ask(op="digest", case=case, threads=t)
+                        d_new = new.ask(op="digest", case=case, threads=t)
+                        if d_old != d_new:
+                            raise SystemExit(f"{case['name']}, {t} threads: the builds' results differ")
+                        # Repetitions for a sample of at least --min-time (from a first timing).
+                        once = old.ask(op="time", case=case, threads=t, reps=1)["seconds"]
+                        reps = max(1, int(args.min_time / max(once, 1e-6) + 0.999))
+                        ratios = []
+                        for r in range(args.rounds):
+                            pair = (old, new) if r % 2 == 0 else (new, old)
+                            secs = {id(b): b.ask(op="time", case=case, threads=t, reps=reps)["seconds"]
+                                    for b in pair}
+                            ratios.append(secs[id(old)] / secs[id(new)])
+                        passes.setdefault((case["name"], t), []).append(ratios)
+            finally:
+                old.close()
+                new.close()
+        for (name, t), runs in passes.items():
+            meds = [statistics.median(r) for r in runs]
+            mean = statistics.geometric_mean(meds)
+            ratios_all.append(mean)
+            cells = [f"{m:.3f} ({min(r):.2f}..{max(r):.2f})" for m, r in zip(meds, runs)]
+            cells += ["-"] * (2 - len(cells))
+            print(f"| {label} | {name} | {t} | {mean:.3f} | {cells[0]} | {cells[1]} |", flush=True)
     if ratios_all:
         print()
         print(f"median of the cases' medians: {statistics.median(ratios_all):.3f}; "
