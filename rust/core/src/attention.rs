@@ -17,15 +17,20 @@ use crate::kernels::{BPanel, CTile, GemmKernels, HasKernels, Kernel, TileArgs, T
 use crate::kv_cache::{HeadKv, KB};
 use crate::ops::Transcendental;
 
-/// A block of query rows of one head and where their results go.
+/// A block of query rows against one key/value head and where their results go: rows of one
+/// query head at consecutive positions (`pos_step` 1), or rows of the query heads that share
+/// the key/value head, all at one position (`pos_step` 0: a decode step of grouped-query
+/// attention reads the head's keys and values once for its whole group).
 #[derive(Clone, Copy)]
 pub struct QueryBlock<T> {
     /// The first query row (`dh` values; rows `ldq` apart).
     pub q: *const T,
     pub ldq: usize,
-    /// Position of the first row, and the number of rows (all inside one key block).
+    /// Position of the first row, the number of rows (all inside one key block), and the
+    /// positions from one row to the next (1 or 0).
     pub q0: usize,
     pub nq: usize,
+    pub pos_step: usize,
     /// The first output row (rows `ldo` apart).
     pub out: *mut T,
     pub ldo: usize,
@@ -36,15 +41,18 @@ pub struct QueryBlock<T> {
 struct Visible {
     causal: bool,
     q0: usize,
+    pos_step: usize,
 }
 
 impl Visible {
     /// How many of the `nkeys` keys from `k0` on query row `i` sees: those up to its own
-    /// position when causal, else all.
+    /// position (`q0 + i * pos_step`) when causal, else all.
     #[inline(always)]
     fn keys(self, i: usize, k0: usize, nkeys: usize) -> usize {
         if self.causal {
-            (self.q0 + i + 1).saturating_sub(k0).min(nkeys)
+            (self.q0 + i * self.pos_step + 1)
+                .saturating_sub(k0)
+                .min(nkeys)
         } else {
             nkeys
         }
@@ -52,7 +60,7 @@ impl Visible {
 }
 
 /// Attention for the query rows of `blk` against the keys and values of `kv`: keys
-/// `0 ..= q0 + i` for row i when `causal`, else all `kv.len` keys.
+/// `0 ..= q0 + i * pos_step` for row i when `causal`, else all `kv.len` keys.
 ///
 /// # Safety
 /// `blk.q` and `blk.out` address `blk.nq` rows of `dh` values with their strides.
@@ -80,8 +88,17 @@ unsafe fn attend<T: HasKernels + Transcendental>(
     scratch: &mut Scratch<T>,
 ) {
     let (dh, nq) = (kv.dh, blk.nq);
-    let vis = Visible { causal, q0: blk.q0 };
-    let last = if causal { blk.q0 + nq - 1 } else { kv.len - 1 };
+    debug_assert!(blk.pos_step <= 1);
+    let vis = Visible {
+        causal,
+        q0: blk.q0,
+        pos_step: blk.pos_step,
+    };
+    let last = if causal {
+        blk.q0 + (nq - 1) * blk.pos_step
+    } else {
+        kv.len - 1
+    };
     debug_assert!(last < kv.len);
     // Pack the query rows once: they are the A operand of every score tile.
     let qview = MatRef::from_raw(blk.q, nq, dh, blk.ldq as isize, 1);
@@ -327,6 +344,82 @@ mod tests {
             .collect()
     }
 
+    /// Rows of several query heads at one position against one key/value head (`pos_step` 0,
+    /// a grouped-query decode step): every row bit for bit the row alone at that position, on
+    /// every kernel, causal or not, the output rows between sentinels.
+    #[test]
+    fn grouped_rows_at_one_position_equal_each_row_alone() {
+        fn check<T: HasKernels + Transcendental>() {
+            for (dh, len, group) in [
+                (64usize, 1usize, 3usize),
+                (64, 97, 7),
+                (40, 250, 2),
+                (8, 5, 13),
+            ] {
+                let ld = 2 * dh;
+                let val = |i: usize| T::from_f64(((i * 131 + 17) % 97) as f64 / 97.0 - 0.5);
+                let kvsrc: Vec<T> = (0..len * ld).map(val).collect();
+                let mut kv = HeadKv::<T>::new(dh);
+                kv.push_rows(&kvsrc, ld, (0, dh), len);
+                // The group's query rows side by side, as a qkv row holds a group's heads.
+                let q: Vec<T> = (0..group * dh)
+                    .map(|i| T::from_f64(((i * 37) % 53) as f64 / 13.0 - 2.0))
+                    .collect();
+                for causal in [true, false] {
+                    for kernel in available() {
+                        for pos in [0, len / 2, len - 1] {
+                            if !causal && pos != len - 1 {
+                                continue;
+                            }
+                            let ldo = dh + 1;
+                            let run = |rows: std::ops::Range<usize>, out: &mut Vec<T>| {
+                                let blk = QueryBlock {
+                                    q: q[rows.start * dh..].as_ptr(),
+                                    ldq: dh,
+                                    q0: pos,
+                                    nq: rows.len(),
+                                    pos_step: 0,
+                                    out: out[rows.start * ldo..].as_mut_ptr(),
+                                    ldo,
+                                };
+                                // SAFETY: the rows of `q` and `out` exist; pos < kv.len.
+                                unsafe {
+                                    attend_block(kernel, &kv, &blk, causal, &mut Scratch::default())
+                                };
+                            };
+                            let fresh = || {
+                                let mut o = vec![T::from_f64(f64::NAN); group * ldo];
+                                for r in 0..group {
+                                    o[r * ldo + dh] = T::from_f64(7.0);
+                                }
+                                o
+                            };
+                            let (mut together, mut alone) = (fresh(), fresh());
+                            run(0..group, &mut together);
+                            for r in 0..group {
+                                run(r..r + 1, &mut alone);
+                            }
+                            let t: Vec<u64> =
+                                together.iter().map(|v| v.to_f64().to_bits()).collect();
+                            let a: Vec<u64> = alone.iter().map(|v| v.to_f64().to_bits()).collect();
+                            assert!(
+                                t == a && together[dh].to_f64() == 7.0,
+                                "{} {kernel:?} dh={dh} len={len} group={group} pos={pos} causal={causal}",
+                                T::NAME
+                            );
+                            assert!(together
+                                .iter()
+                                .enumerate()
+                                .all(|(i, v)| i % ldo == dh || v.to_f64().is_finite()));
+                        }
+                    }
+                }
+            }
+        }
+        check::<f32>();
+        check::<f64>();
+    }
+
     /// Every query block of a sequence, as the decoder cuts them (inside one key block), each
     /// row again on its own (a decode step) and all rows as one block, with the output filled
     /// with NaN beforehand and a sentinel beside each output row: against the plain float64
@@ -361,6 +454,7 @@ mod tests {
                                 ldq: ld,
                                 q0,
                                 nq,
+                                pos_step: 1,
                                 out: out[q0 * ldo..].as_mut_ptr(),
                                 ldo,
                             };

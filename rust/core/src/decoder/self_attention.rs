@@ -175,39 +175,102 @@ const APPEND_AHEAD: usize = 2;
 /// shares the heads among the threads: a decode step of a few sequences already has enough.
 const APPEND_PARALLEL_LINES: usize = 2048;
 
+/// One work item of [`attend`]: query heads `h0 .. h0 + heads` of segment `si` at positions
+/// `q0 .. q0 + nq` (inside one key block): one head at several positions, or, for a segment of
+/// one new position, several heads of one key/value group at that position.
+#[derive(Clone, Copy)]
+struct Item {
+    si: usize,
+    h0: usize,
+    heads: usize,
+    q0: usize,
+    nq: usize,
+}
+
 /// `att (rows, n_heads * d_head)`: every query head's attention output for the new positions.
-/// Work items are (segment, query head, query block aligned to KB); each writes a disjoint
-/// (rows, head columns) region of `att`, and reads the key/value head of its segment and group.
+/// Work items ([`Item`]) each write a disjoint (rows, head columns) region of `att` and read
+/// the key/value head of their segment and group. A segment of one new position (a decode
+/// step) takes the query heads of a key/value group together, as rows of one block at that
+/// position, so the group's keys and values are read once (split further only to give every
+/// thread two items: one large item a thread waited on the slowest); longer segments take one
+/// head a block of positions. A row's arithmetic is
+/// the same either way (rows of a block are independent).
 fn attend<T: Float>(qkv: &[T], heads: &[HeadKv<T>], att: &mut Vec<T>, cols: Columns, pass: &Pass) {
     let (nh, nkv, dh) = (cols.nh, cols.nkv, cols.dh);
     let (w, qw, group) = (cols.width(), cols.q_width(), cols.group());
     crate::memory::resize_for_overwrite(att, pass.rows() * qw);
+    let threads = threads::num_threads();
+    let decoding = pass.segments.iter().filter(|s| s.rows == 1).count();
+    // Pieces a group of a decoding segment goes in: enough for two items a thread.
+    let split = (2 * threads)
+        .div_ceil((nkv * decoding).max(1))
+        .clamp(1, group);
     let mut items = Vec::new();
     for (si, seg) in pass.segments.iter().enumerate() {
         let (p0, t_new) = (seg.p0, seg.rows);
-        for hh in 0..nh {
+        if t_new == 1 && group > 1 {
+            for g in 0..nkv {
+                for part in 0..split {
+                    let (a, b) = (part * group / split, (part + 1) * group / split);
+                    let (h0, heads) = (g * group + a, b - a);
+                    items.push(Item {
+                        si,
+                        h0,
+                        heads,
+                        q0: p0,
+                        nq: 1,
+                    });
+                }
+            }
+            continue;
+        }
+        for h0 in 0..nh {
             let mut t = p0;
             while t < p0 + t_new {
                 let end = ((t / KB + 1) * KB).min(p0 + t_new);
-                items.push((si, hh, t, end - t));
+                items.push(Item {
+                    si,
+                    h0,
+                    heads: 1,
+                    q0: t,
+                    nq: end - t,
+                });
                 t = end;
             }
         }
     }
     let att_ptr = SendPtr(att.as_mut_ptr());
     let qkv_ptr = SendPtr(qkv.as_ptr() as *mut T);
-    let work = |&(si, hh, q0, nq): &(usize, usize, usize, usize), scratch: &mut Scratch<T>| {
-        let seg = &pass.segments[si];
-        let r0 = seg.row0 + (q0 - seg.p0);
-        let blk = QueryBlock {
-            q: qkv_ptr.get().wrapping_add(r0 * w + hh * dh),
-            ldq: w,
-            q0,
-            nq,
-            out: att_ptr.get().wrapping_add(r0 * qw + hh * dh),
-            ldo: qw,
+    let work = |it: &Item, scratch: &mut Scratch<T>| {
+        let seg = &pass.segments[it.si];
+        let r0 = seg.row0 + (it.q0 - seg.p0);
+        let (q, out) = (
+            qkv_ptr.get().wrapping_add(r0 * w + it.h0 * dh),
+            att_ptr.get().wrapping_add(r0 * qw + it.h0 * dh),
+        );
+        let blk = if it.heads > 1 {
+            // The heads' query rows lie side by side in the row, as do their outputs.
+            QueryBlock {
+                q,
+                ldq: dh,
+                q0: it.q0,
+                nq: it.heads,
+                pos_step: 0,
+                out,
+                ldo: dh,
+            }
+        } else {
+            QueryBlock {
+                q,
+                ldq: w,
+                q0: it.q0,
+                nq: it.nq,
+                pos_step: 1,
+                out,
+                ldo: qw,
+            }
         };
-        let kv = &heads[si * nkv + hh / group];
+        let kv = &heads[it.si * nkv + it.h0 / group];
         // SAFETY: the item's query rows and output rows lie inside the buffers, and no
         // other item writes its output region.
         unsafe { attend_block(pass.kernel, kv, &blk, pass.causal, scratch) };
@@ -215,7 +278,7 @@ fn attend<T: Float>(qkv: &[T], heads: &[HeadKv<T>], att: &mut Vec<T>, cols: Colu
     // Shared among the threads even for a decode step over a short context (a few
     // microseconds of work): the team is still awake from the product before, and the other
     // threads would wait for this one anyway (benches/JOURNAL.md).
-    if items.len() > 1 && threads::num_threads() > 1 {
+    if items.len() > 1 && threads > 1 {
         threads::parallel_for_init(items.len(), Scratch::default, |s, i| work(&items[i], s));
     } else {
         let mut s = Scratch::default();
