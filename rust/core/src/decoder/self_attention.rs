@@ -191,10 +191,10 @@ struct Item {
 /// Work items ([`Item`]) each write a disjoint (rows, head columns) region of `att` and read
 /// the key/value head of their segment and group. A segment of one new position (a decode
 /// step) takes the query heads of a key/value group together, as rows of one block at that
-/// position, so the group's keys and values are read once (split further only to give every
-/// thread two items: one large item a thread waited on the slowest); longer segments take one
-/// head a block of positions. A row's arithmetic is
-/// the same either way (rows of a block are independent).
+/// position, so the group's keys and values are read once (split further so that every thread
+/// has two items: with one large item each, the threads waited on the slowest); longer
+/// segments take one head a block of positions. A row's arithmetic is the same either way
+/// (rows of a block are independent).
 fn attend<T: Float>(qkv: &[T], heads: &[HeadKv<T>], att: &mut Vec<T>, cols: Columns, pass: &Pass) {
     let (nh, nkv, dh) = (cols.nh, cols.nkv, cols.dh);
     let (w, qw, group) = (cols.width(), cols.q_width(), cols.group());

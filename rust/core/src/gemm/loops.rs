@@ -196,8 +196,9 @@ pub(super) unsafe fn run<T: Element, W: StorageFormat>(
             if m == 1 && src.cs == 1 {
                 Some(threads::SendPtr(src.ptr as *mut T))
             } else {
-                for i in 0..m {
-                    for kk in 0..kb.k {
+                for kk in 0..kb.k {
+                    for i in 0..m {
+                        // SAFETY: the buffer holds M rounded up to MR, times K values (>= m K).
                         *a.packed.get().add(kk * m + i) = src.at(i, kk);
                     }
                 }
