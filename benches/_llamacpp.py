@@ -186,6 +186,22 @@ class LlamaCppGreedy:
         self.llm.eval([int(t) for t in ids])
         return self.last_logits()
 
+    def start(self, ids: Sequence[int]) -> int:
+        """A fresh prompt in one ``eval``; its greedy next token (a decode runner, as
+        ``_common.decode_fn`` drives one)."""
+        self.llm.reset()
+        self.llm.eval([int(t) for t in ids])
+        return self._argmax()
+
+    def step(self, tok: int) -> int:
+        """One cached step: an ``eval`` of ``tok``; the greedy next token."""
+        self.llm.eval([int(tok)])
+        return self._argmax()
+
+    def _argmax(self) -> int:
+        ptr = self.llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))))
+
     def generate(self, ids: Sequence[int], new: int) -> np.ndarray:
         """``new`` greedy token ids after the prompt ``ids``."""
         llm, ctx, get = self.llm, self.llm.ctx, self.llama_cpp.llama_get_logits_ith

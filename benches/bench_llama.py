@@ -41,6 +41,8 @@ from pathlib import Path
 
 from _common import (
     SETTLE_THREADED,
+    GptcoreRunner,
+    time_decode,
     add_machine_args,
     bandwidth,
     closing_line,
@@ -149,26 +151,6 @@ class TorchRunner:
             out = self.model(input_ids=t, past_key_values=self.past, use_cache=True)
         self.past = out.past_key_values
         return int(out.logits[0, -1].argmax())
-
-
-# ---------------------------------------------------------------------------------------------
-# gptcore
-
-
-class GptcoreRunner:
-    def __init__(self, model):
-        self.model = model
-        self.cache = None
-
-    def prefill_logits(self, ids):
-        return self.model.forward(ids, logits="last")
-
-    def start(self, ids):
-        self.cache = self.model.new_cache(1)
-        return int(np.argmax(self.model.step(self.cache, ids[None, :])[0]))
-
-    def step(self, tok):
-        return int(np.argmax(self.model.step(self.cache, np.array([[tok]]))[0]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,29 +280,6 @@ class LlamaCppRunner:
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-def decode_fn(runner, prompt, steps):
-    """One sample: a fresh prompt, then ``steps`` single-token steps; returns the seconds per
-    step."""
-    def run():
-        tok = runner.start(prompt)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            tok = runner.step(tok)
-        return (time.perf_counter() - t0) / steps
-    return run
-
-
-def time_decode(runners, prompt, reps, steps):
-    """Seconds per decode step of each runner: alternating rounds, median."""
-    samples = {k: [] for k in runners}
-    names = list(runners)
-    for r in range(reps):
-        for k in (names if r % 2 == 0 else names[::-1]):
-            time.sleep(SETTLE_THREADED)
-            samples[k].append(decode_fn(runners[k], prompt, steps)())
-    return {k: float(np.median(v)) for k, v in samples.items()}, samples
 
 
 def rel_diff(a, b) -> float:

@@ -16,7 +16,9 @@ differ by the spread itself).
 
 Timed (medians of alternating rounds in one process, A B B A ...):
 - decode B = 1: a 16-token prompt and 64 greedy new tokens (tokens/s of the whole call):
-  gptcore bfloat16, q8_0, q4_0, llama.cpp Q8_0, Q4_0;
+  gptcore bfloat16, q8_0, q4_0, llama.cpp Q8_0, Q4_0; and the steps alone (seconds per
+  single-token step after the prompt, as ``bench_llama.py`` times them: gptcore ``step``,
+  llama.cpp ``eval`` of one token), against which the bandwidth bound is quoted too;
 - decode B = 8 (the same, 8 sequences) and prefill (forward over 1 x 256 tokens): gptcore
   float32, q8_0, q4_0.
 - "BW bound": read bandwidth / bytes a decode step reads (the packed matrices and the head, as
@@ -46,6 +48,7 @@ from pathlib import Path
 
 from _common import (
     SETTLE_THREADED,
+    GptcoreRunner,
     add_machine_args,
     bandwidth,
     closing_line,
@@ -59,6 +62,7 @@ from _common import (
     paired_speed,
     set_threads,
     setup_machine,
+    time_decode,
 )
 from _llamacpp import LlamaCppGreedy, byte_level_vocab, import_llama_cpp
 from _llamacpp import version as llama_cpp_version
@@ -211,10 +215,35 @@ def bench(name, args):
                      fmt(bound, 1), f"{100 * tok[wd] / bound:.0f}%",
                      f"{100 * max(res[wd].spread, res['bfloat16'].spread):.0f}%"])
     q4_over_q8 = paired_speed(res, "q8_0", "q4_0")
-    print(f"Decode B = 1 ({PROMPT}-token prompt, {NEW} new tokens; tokens/s):\n")
+    print(f"Decode B = 1, whole calls ({PROMPT}-token prompt and {NEW} new tokens, the prompt's forward "
+          "included; tokens/s):\n")
     print(markdown_table(["weights", "gptcore tok/s", "gptcore bfloat16 tok/s", "x bfloat16", "llama.cpp tok/s",
                           "x llama.cpp", "BW bound tok/s", "% BW bound", "noise"], rows))
     print(f"\ngptcore q4_0 / q8_0: {fmt(q4_over_q8, 2)}")
+
+    # The steps alone: what the bandwidth bound describes (a step reads every weight once; the
+    # prompt's forward is arithmetic over 16 rows, not a weight stream).
+    runners = {name: GptcoreRunner(models[name]) for name in ("bfloat16", "q8_0", "q4_0")}
+    runners.update({f"llama.cpp {wd.upper()}": lm for wd, lm in llamas.items()})
+    step_s, samples = time_decode(runners, ids[0], args.reps, NEW - 1)
+
+    def per_round(a, b):
+        """The median over rounds of b's speed against a's (a's time / b's)."""
+        return float(np.median(np.asarray(samples[a]) / np.asarray(samples[b])))
+
+    rows = []
+    for wd in ("q8_0", "q4_0"):
+        bound = bw / decode_bytes(models[wd])
+        lname = f"llama.cpp {wd.upper()}"
+        rows.append([wd, fmt(1e3 * step_s[wd], 2), fmt(1 / step_s[wd], 1), fmt(per_round("bfloat16", wd), 2),
+                     fmt(1e3 * step_s[lname], 2) if lname in step_s else "-",
+                     fmt(per_round(lname, wd), 2) if lname in step_s else "-",
+                     fmt(bound, 1), f"{100 / step_s[wd] / bound:.0f}%"])
+    print(f"\nDecode B = 1, steps alone (seconds per single-token step after the {PROMPT}-token prompt, "
+          f"{NEW - 1} steps a sample, median; gptcore `step`, llama.cpp `eval` of one token):\n")
+    print(markdown_table(["weights", "gptcore ms/step", "tok/s", "x bfloat16", "llama.cpp ms/step", "x llama.cpp",
+                          "BW bound tok/s", "% BW bound"], rows))
+    print(f"\ngptcore q4_0 / q8_0 (steps): {fmt(per_round('q8_0', 'q4_0'), 2)}")
     print(f"  done decode B=1 ({time.perf_counter() - t0:.0f} s)", flush=True)
 
     # ---- decode B = 8 and prefill
