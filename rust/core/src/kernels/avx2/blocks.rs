@@ -14,11 +14,18 @@
 //! With a prefetch run in its auxiliary arguments ([`crate::kernels::TileAux`]), the tile
 //! kernel fetches the packed B the loops read next into L2 while it computes, as the float32
 //! one does; with it products of at most 36 rows take the loops' chunked path.
+//!
+//! The wide kernel (1-3 rows against 1-4 panels, A packed, compact or in place: the decode
+//! case) takes the panels' 8-column vectors side by side in groups of as many as its
+//! accumulators hold, as the float32 wide kernel does, each group one pass over the depth
+//! block, its scales widened once a block.
 
 use super::gemm::f32k::lane_mask;
+use super::gemm::{load_f32, store_f32};
+use super::wide_groups::{live_columns, vectors, wide_groups};
 use crate::formats::block::{BlockFormat, QK, SCALE_BYTES};
 use crate::formats::{Q4_0, Q8_0};
-use crate::kernels::contract::{by_rows, TileArgs, TileAux};
+use crate::kernels::contract::{by_rows, TileArgs, TileAux, WideArgs};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -71,7 +78,8 @@ unsafe fn widen_q4_0(p: *const u8, c0: usize, d: __m256) -> __m256 {
 }
 
 macro_rules! avx2_blocks {
-    ($W:ty, $widen:ident, $entry:ident, $tile:ident, $passes:ident) => {
+    ($W:ty, $widen:ident, $entry:ident, $tile:ident, $passes:ident, $wide_entry:ident,
+     $wide_group:ident, $by_panel:expr) => {
         /// `M` rows x `V` vectors of the tile `t` from panel column `c0` on (`t.cols` live
         /// columns from there; `t.c` at that column). `PF`: every `every` (> 0) steps, one more
         /// cache line from `pf` on is prefetched into L2.
@@ -201,8 +209,94 @@ macro_rules! avx2_blocks {
                 None => $passes::<false>(t, std::ptr::null(), 0),
             }
         }
+
+        /// `G` consecutive vectors (from vector `V0`, vector v being columns 8 v .. 8 v + 8 of
+        /// the `P` panels side by side, `bstride` bytes apart) of `M` rows through the depth
+        /// block; the vectors past the panels (v >= 4 P) are not there (neither read nor
+        /// written).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $wide_group<const M: usize, const G: usize, const V0: usize, const P: usize>(
+            w: &WideArgs<f32, $W>,
+        ) {
+            const STEP: usize = <$W as BlockFormat>::STEP_BYTES;
+            let WideArgs { cols_last, kc, a, a_step, bstride, accumulate, .. } = *w;
+            let (b, ldb) = (w.b.ptr as *const u8, w.b.ldb);
+            let (c, ldc) = (w.c.ptr, w.c.ldc);
+            let nv = vectors(V0, G, P);
+            let live = |v: usize| live_columns(v, P, cols_last, 8);
+            let mut acc = load_f32::<M, G>(c, ldc, V0, nv, live, accumulate);
+            let mut ap = a;
+            let mut blk = b;
+            let mut left = kc;
+            while left > 0 {
+                let mut d = [_mm256_setzero_ps(); G];
+                for g in 0..nv {
+                    let v = V0 + g;
+                    d[g] = scales8(blk.add((v / 4) * bstride + 2 * (8 * (v % 4))));
+                }
+                let sp = blk.add(SCALE_BYTES);
+                let steps = left.min(QK);
+                for s in 0..steps {
+                    // Each panel's stream as the few-row tile fetches it: PF_FEW bytes ahead,
+                    // the block's bytes spread over its steps (past a panel's end, whatever
+                    // follows: harmless, a prefetch never faults).
+                    for g in 0..nv {
+                        let v = V0 + g;
+                        if g == 0 || v % 4 == 0 {
+                            let ahead = (v / 4) * bstride + PF_FEW + s * (ldb / QK);
+                            _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead) as *const i8);
+                        }
+                    }
+                    let mut av = [_mm256_setzero_ps(); M];
+                    for i in 0..M {
+                        av[i] = _mm256_set1_ps(*ap.add(i));
+                    }
+                    for g in 0..nv {
+                        let v = V0 + g;
+                        let wv = $widen(sp.add((v / 4) * bstride + s * STEP), 8 * (v % 4), d[g]);
+                        for i in 0..M {
+                            acc[i][g] = _mm256_fmadd_ps(av[i], wv, acc[i][g]);
+                        }
+                    }
+                    ap = ap.add(a_step);
+                }
+                left -= steps;
+                blk = blk.add(ldb);
+            }
+            store_f32(&acc, c, ldc, V0, nv, live);
+        }
+
+        /// The wide kernel. `q8_0`: the 4 P vectors a row of the P panels side by side, in
+        /// groups of as many as the accumulators hold, as the float32 wide kernel (see
+        /// `wide_groups`). `q4_0` (`$by_panel`): a panel a pass, so that its 4 scale vectors
+        /// and their `-8 d` stay in registers beside its 4 M accumulators (two panels a pass
+        /// spill them and ran slower, benches/JOURNAL.md).
+        ///
+        /// # Safety
+        /// See [`crate::kernels::WideArgs`]; the CPU supports AVX2, FMA and F16C; rows <= 3.
+        pub unsafe fn $wide_entry(w: &WideArgs<f32, $W>) {
+            wide_groups!(w, $wide_group, $by_panel)
+        }
     };
 }
 
-avx2_blocks!(Q8_0, widen_q8_0, tile_q8_0, tile_rows_q8_0, passes_q8_0);
-avx2_blocks!(Q4_0, widen_q4_0, tile_q4_0, tile_rows_q4_0, passes_q4_0);
+avx2_blocks!(
+    Q8_0,
+    widen_q8_0,
+    tile_q8_0,
+    tile_rows_q8_0,
+    passes_q8_0,
+    wide_q8_0,
+    wide_group_q8_0,
+    false
+);
+avx2_blocks!(
+    Q4_0,
+    widen_q4_0,
+    tile_q4_0,
+    tile_rows_q4_0,
+    passes_q4_0,
+    wide_q4_0,
+    wide_group_q4_0,
+    true
+);

@@ -21,9 +21,8 @@
 //! `gemm_reference`. Column edges use `vmaskmov` loads and stores; whole vectors plain ones
 //! (`vmaskmov` stores are slow on AMD cores).
 
-use crate::kernels::contract::{
-    by_panels, by_rows, BPanel, CTile, StreamArgs, TileArgs, TileAux, WideArgs,
-};
+use super::wide_groups::{live_columns, vectors, wide_groups};
+use crate::kernels::contract::{by_rows, BPanel, CTile, StreamArgs, TileArgs, TileAux, WideArgs};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -319,14 +318,8 @@ macro_rules! avx2_impl {
                 // Vectors of the call (a constant), and the live columns of vector v: whole
                 // vectors in the first P - 1 panels, the last panel's `cols_last` columns after
                 // that.
-                let nv = (4 * P).min(V0 + G).saturating_sub(V0);
-                let live = |v: usize| {
-                    if v < 4 * (P - 1) {
-                        L
-                    } else {
-                        cols_last.saturating_sub((v - 4 * (P - 1)) * L).min(L)
-                    }
-                };
+                let nv = vectors(V0, G, P);
+                let live = |v: usize| live_columns(v, P, cols_last, L);
                 let boff = |v: usize| (v / 4) * bstride + voff(v % 4, hoff);
                 let mut acc = [[$zero(); G]; M];
                 if accumulate {
@@ -394,35 +387,7 @@ macro_rules! avx2_impl {
             /// The CPU supports AVX2 and FMA; `w` describes a wide call of 1 to 3 rows (see
             /// [`crate::kernels::WideArgs`]).
             pub unsafe fn wide(w: &WideArgs<$T, $T>) {
-                by_rows!(w.rows, [1, 2, 3], R => by_panels!(w.panels, P => match R {
-                    1 => {
-                        wide_group::<R, 8, 0, P>(w);
-                        if P > 2 {
-                            wide_group::<R, 8, 8, P>(w);
-                        }
-                    }
-                    2 => {
-                        wide_group::<R, 6, 0, P>(w);
-                        if P > 1 {
-                            wide_group::<R, 6, 6, P>(w);
-                        }
-                        if P > 3 {
-                            wide_group::<R, 4, 12, P>(w);
-                        }
-                    }
-                    _ => {
-                        wide_group::<R, 4, 0, P>(w);
-                        if P > 1 {
-                            wide_group::<R, 4, 4, P>(w);
-                        }
-                        if P > 2 {
-                            wide_group::<R, 4, 8, P>(w);
-                        }
-                        if P > 3 {
-                            wide_group::<R, 4, 12, P>(w);
-                        }
-                    }
-                }))
+                wide_groups!(w, wide_group, false)
             }
 
             /// Few rows of A against B read in place along its whole rows: C kept in memory,
@@ -551,3 +516,48 @@ avx2_impl!(
 
 pub use f32k::{kernel as kernel_f32, stream as stream_f32, wide as wide_f32};
 pub use f64k::{kernel as kernel_f64, stream as stream_f64, wide as wide_f64};
+
+/// A float32 wide group's accumulators (see `wide_groups`), for the 16-bit and block wide
+/// kernels: `M` rows of the `nv` (<= `G`) 8-column vectors from vector
+/// `v0` of C (`ldc` apart), their `live(v)` columns loaded when `accumulate`, else zero (a
+/// vector with no live column is neither read nor, in [`store_f32`], written).
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) unsafe fn load_f32<const M: usize, const G: usize>(
+    c: *const f32,
+    ldc: usize,
+    v0: usize,
+    nv: usize,
+    live: impl Fn(usize) -> usize,
+    accumulate: bool,
+) -> [[__m256; G]; M] {
+    let mut acc = [[_mm256_setzero_ps(); G]; M];
+    if accumulate {
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (g, a) in row.iter_mut().enumerate().take(nv) {
+                let cp = c.add(i * ldc + (v0 + g) * 8);
+                *a = _mm256_maskload_ps(cp, f32k::lane_mask(live(v0 + g)));
+            }
+        }
+    }
+    acc
+}
+
+/// Stores the accumulators of [`load_f32`] back to their live columns of C.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) unsafe fn store_f32<const M: usize, const G: usize>(
+    acc: &[[__m256; G]; M],
+    c: *mut f32,
+    ldc: usize,
+    v0: usize,
+    nv: usize,
+    live: impl Fn(usize) -> usize,
+) {
+    for (i, row) in acc.iter().enumerate() {
+        for (g, a) in row.iter().enumerate().take(nv) {
+            let cp = c.add(i * ldc + (v0 + g) * 8);
+            _mm256_maskstore_ps(cp, f32k::lane_mask(live(v0 + g)), *a);
+        }
+    }
+}

@@ -1,12 +1,13 @@
 //! The AVX2+FMA family: 6 x 16 (f32) and 6 x 8 (f64) tiles (two half-panels of 12
-//! accumulators), wide and stream kernels, the 6- and 12-row A packers, the float32 tile
-//! kernel against 16-bit B (`widen16.rs`) and block formats (`blocks.rs`), and AVX2 code
-//! generation for the generic element-wise code.
+//! accumulators), wide and stream kernels, the 6- and 12-row A packers, the float32 tile and
+//! wide kernels against 16-bit B (`widen16.rs`) and block formats (`blocks.rs`), and AVX2
+//! code generation for the generic element-wise code.
 
 mod blocks;
 mod gemm;
 pub(super) mod pack;
 mod peak;
+mod wide_groups;
 mod widen16;
 
 use super::contract::GemmKernels;
@@ -63,8 +64,8 @@ impl Family for Avx2 {
             tile: widen16::tile_bf16,
             tile_copies: false,
             tile_prefetches: true,
-            wide: None,
-            wide_compact_a: false,
+            wide: Some(widen16::wide_bf16),
+            wide_compact_a: true,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
             fetch_next_a: true,
@@ -80,8 +81,8 @@ impl Family for Avx2 {
             tile: widen16::tile_f16,
             tile_copies: false,
             tile_prefetches: true,
-            wide: None,
-            wide_compact_a: false,
+            wide: Some(widen16::wide_f16),
+            wide_compact_a: true,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
             fetch_next_a: true,
@@ -99,8 +100,8 @@ impl Family for Avx2 {
             tile: blocks::tile_q8_0,
             tile_copies: false,
             tile_prefetches: true,
-            wide: None,
-            wide_compact_a: false,
+            wide: Some(blocks::wide_q8_0),
+            wide_compact_a: true,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
             fetch_next_a: true,
@@ -116,8 +117,8 @@ impl Family for Avx2 {
             tile: blocks::tile_q4_0,
             tile_copies: false,
             tile_prefetches: true,
-            wide: None,
-            wide_compact_a: false,
+            wide: Some(blocks::wide_q4_0),
+            wide_compact_a: true,
             stream: None,
             pack_a_panel: Some(pack::pack_rows_f32::<6>),
             fetch_next_a: true,

@@ -7,10 +7,16 @@
 //! With a prefetch run in its auxiliary arguments ([`crate::kernels::TileAux`]), the tile
 //! kernel fetches the packed B the loops read next into L2 while it computes, as the float32
 //! one does; with it products of at most 36 rows take the loops' chunked path.
+//!
+//! The wide kernel (1-3 rows against 1-4 panels, A packed, compact or in place: the decode
+//! case) takes the panels' vectors side by side in groups of as many as its accumulators
+//! hold, as the float32 wide kernel does, each group one pass over the depth block.
 
 use super::gemm::f32k::lane_mask;
+use super::gemm::{load_f32, store_f32};
+use super::wide_groups::{live_columns, vectors, wide_groups};
 use crate::formats::{Bf16, F16};
-use crate::kernels::contract::{by_rows, BPanel, CTile, TileArgs, TileAux};
+use crate::kernels::contract::{by_rows, BPanel, CTile, TileArgs, TileAux, WideArgs};
 use crate::kernels::pacer::Pacer;
 use std::arch::x86_64::*;
 
@@ -22,6 +28,10 @@ pub const MR: usize = 6;
 /// ones read it from L2, 2 KiB ahead (as the AVX-512 16-bit kernels).
 const PF_FEW: usize = 64;
 const PF_MANY: usize = 32;
+
+/// Prefetch distance (depth steps) of the wide kernel against B read in place (rows far
+/// apart, which the hardware prefetcher does not follow).
+const PF_IN_PLACE: usize = 8;
 
 /// Columns of half a panel.
 const H: usize = 16;
@@ -49,7 +59,8 @@ unsafe fn widen_f16(p: *const F16) -> __m256 {
 }
 
 macro_rules! avx2_widen16 {
-    ($H:ty, $widen:ident, $entry:ident, $tile:ident, $passes:ident) => {
+    ($H:ty, $widen:ident, $entry:ident, $tile:ident, $passes:ident, $wide_entry:ident,
+     $wide_group:ident) => {
         /// `M` rows x `V` vectors of the tile `t`. `PF`: every `every` (> 0) steps, one more
         /// cache line from `pf` on is prefetched into L2.
         #[target_feature(enable = "avx2,fma,f16c")]
@@ -178,8 +189,78 @@ macro_rules! avx2_widen16 {
                 None => $passes::<false>(t, std::ptr::null(), 0),
             }
         }
+
+        /// `G` consecutive vectors (from vector `V0`, vector v being columns 8 v .. 8 v + 8 of
+        /// the `P` panels side by side) of `M` rows through the depth block; the vectors past
+        /// the panels (v >= 4 P) are not there (neither read nor written).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $wide_group<const M: usize, const G: usize, const V0: usize, const P: usize>(
+            w: &WideArgs<f32, $H>,
+        ) {
+            let WideArgs { cols_last, kc, a, a_step, bstride, accumulate, .. } = *w;
+            let (b, ldb, hoff) = (w.b.ptr, w.b.ldb, w.b.hoff);
+            let (c, ldc) = (w.c.ptr, w.c.ldc);
+            let nv = vectors(V0, G, P);
+            let live = |v: usize| live_columns(v, P, cols_last, 8);
+            let boff = |v: usize| (v / 4) * bstride + qoff(v % 4, hoff);
+            let mut acc = load_f32::<M, G>(c, ldc, V0, nv, live, accumulate);
+            // A packed panel's step is one cache line (its two halves' lines in halves): each
+            // panel's stream from memory, PF_FEW steps ahead. Past a panel's end the stream
+            // goes on in whatever follows: harmless, a prefetch never faults.
+            let dist = if ldb == 2 * H || ldb == H { PF_FEW } else { PF_IN_PLACE };
+            let mut ap = a;
+            let mut bp = b;
+            for _ in 0..kc {
+                for g in 0..nv {
+                    let v = V0 + g;
+                    if g == 0 || v % 4 == 0 || (hoff != H && v % 4 == 2) {
+                        let ahead = bp.wrapping_add(dist * ldb + boff(v));
+                        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                    }
+                }
+                let mut av = [_mm256_setzero_ps(); M];
+                for i in 0..M {
+                    av[i] = _mm256_set1_ps(*ap.add(i));
+                }
+                for g in 0..nv {
+                    let bv = $widen(bp.add(boff(V0 + g)));
+                    for i in 0..M {
+                        acc[i][g] = _mm256_fmadd_ps(av[i], bv, acc[i][g]);
+                    }
+                }
+                ap = ap.add(a_step);
+                bp = bp.add(ldb);
+            }
+            store_f32(&acc, c, ldc, V0, nv, live);
+        }
+
+        /// The wide kernel: the 4 P vectors a row of the P panels side by side, in groups of
+        /// as many as the accumulators hold (1 row: 8, 2 rows: 6, 3 rows: 4), each group a
+        /// pass over the depth block (A is read once a pass).
+        ///
+        /// # Safety
+        /// See [`crate::kernels::WideArgs`]; the CPU supports AVX2, FMA and F16C; rows <= 3.
+        pub unsafe fn $wide_entry(w: &WideArgs<f32, $H>) {
+            wide_groups!(w, $wide_group, false)
+        }
     };
 }
 
-avx2_widen16!(Bf16, widen_bf16, tile_bf16, tile_rows_bf16, passes_bf16);
-avx2_widen16!(F16, widen_f16, tile_f16, tile_rows_f16, passes_f16);
+avx2_widen16!(
+    Bf16,
+    widen_bf16,
+    tile_bf16,
+    tile_rows_bf16,
+    passes_bf16,
+    wide_bf16,
+    wide_group_bf16
+);
+avx2_widen16!(
+    F16,
+    widen_f16,
+    tile_f16,
+    tile_rows_f16,
+    passes_f16,
+    wide_f16,
+    wide_group_f16
+);
