@@ -168,6 +168,8 @@ macro_rules! by_rows {
 pub(crate) use by_rows;
 
 /// `$body` with the constant `$P` bound to `$panels`, a wide call's panel count (1 to 4).
+/// (The x86-64 families' wide kernels use it.)
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_macros))]
 macro_rules! by_panels {
     ($panels:expr, $P:ident => $body:expr) => {
         match $panels {
@@ -194,6 +196,7 @@ macro_rules! by_panels {
         }
     };
 }
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
 pub(crate) use by_panels;
 
 #[cfg(test)]

@@ -13,9 +13,9 @@
 //! chain.
 
 use super::gemm::{fma_lane_f32, MR_F32};
-use crate::formats::block::{BlockFormat, QK, SCALE_BYTES};
+use crate::formats::block::{BlockFormat, BLOCK_NR as NR, QK, SCALE_BYTES};
 use crate::formats::{Q4_0, Q8_0};
-use crate::kernels::contract::{by_rows, CTile, TileArgs, TileAux};
+use crate::kernels::contract::{by_rows, BPanel, CTile, TileArgs, TileAux, WideArgs};
 use std::arch::aarch64::*;
 
 /// Four float16 scales at `p`, widened (`fcvtl`; see `widen_f16` in `gemm.rs` for why not
@@ -73,12 +73,18 @@ unsafe fn widen8_q4_0(
 }
 
 macro_rules! neon_blocks {
-    ($W:ty, $widen8:ident, $entry:ident, $tile:ident, $block:ident) => {
-        /// One register block: rows `0..R` of the A panel `t.a` (12 values a depth step)
-        /// against `V` vectors (`4 V` columns from panel column `c0`; `t.cols` of them live,
-        /// C at `t.c`), through all `t.kc` steps.
+    ($W:ty, $widen8:ident, $entry:ident, $tile:ident, $block:ident, $wide_entry:ident, $wide:ident) => {
+        /// One register block: rows `0..R` of A (row i of depth step k at `t.a[k * a_step +
+        /// i]`: a 12-row panel, `a_step` = 12, loaded a vector at a time; or, `COMPACT`, a
+        /// compact copy or the row itself, loaded a value at a time) against `V` vectors (`4 V`
+        /// columns from panel column `c0`; `t.cols` of them live, C at `t.c`), through all
+        /// `t.kc` steps.
         #[inline(always)]
-        unsafe fn $block<const R: usize, const V: usize>(t: &TileArgs<f32, $W>, c0: usize) {
+        unsafe fn $block<const R: usize, const V: usize, const COMPACT: bool>(
+            t: &TileArgs<f32, $W>,
+            c0: usize,
+            a_step: usize,
+        ) {
             const STEP: usize = <$W as BlockFormat>::STEP_BYTES;
             let TileArgs { cols: live, kc, a, accumulate, .. } = *t;
             let (b, ldb) = (t.b.ptr as *const u8, t.b.ldb);
@@ -113,8 +119,18 @@ macro_rules! neon_blocks {
                 let sp = blk.add(SCALE_BYTES);
                 let mut step = |s: usize| {
                     let mut av = [zero; 3];
-                    for q in 0..R.div_ceil(4) {
-                        av[q] = vld1q_f32(ap.add(4 * q));
+                    if COMPACT {
+                        // R <= 3 values: one vector, built lane by lane (never reading past
+                        // the step's R values).
+                        let mut v = [0f32; 4];
+                        for (r, x) in v.iter_mut().enumerate().take(R) {
+                            *x = *ap.add(r);
+                        }
+                        av[0] = vld1q_f32(v.as_ptr());
+                    } else {
+                        for q in 0..R.div_ceil(4) {
+                            av[q] = vld1q_f32(ap.add(4 * q));
+                        }
                     }
                     for g in 0..V / 2 {
                         let w = $widen8(sp.add(s * STEP), c0 + 8 * g, d[2 * g], d[2 * g + 1]);
@@ -125,7 +141,7 @@ macro_rules! neon_blocks {
                             }
                         }
                     }
-                    ap = ap.add(MR_F32);
+                    ap = ap.add(a_step);
                 };
                 let steps = left.min(QK);
                 if steps == QK {
@@ -170,7 +186,7 @@ macro_rules! neon_blocks {
                     },
                     ..*t
                 };
-                $block::<R, V>(&group, j);
+                $block::<R, V, false>(&group, j, MR_F32);
                 j += 4 * V;
             }
         }
@@ -181,6 +197,48 @@ macro_rules! neon_blocks {
             by_rows!(t.rows, [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1], R => {
                 const V: usize = block_width(R);
                 $tile::<R, V>(t)
+            })
+        }
+
+        /// Few rows (1 to 3) against 1 to 4 consecutive panels (`bstride` bytes apart, the
+        /// last with `cols_last` live columns), the decode case: the tile's register blocks
+        /// for those rows (one row x 32 columns, two or three x 16) panel after panel, A
+        /// compact or the row itself (row i of step k at `a[k * a_step + i]`), so that one
+        /// call covers what the loops would pack into a 12-row panel and hand to four tiles.
+        #[inline(never)]
+        unsafe fn $wide<const R: usize, const V: usize>(w: &WideArgs<f32, $W>) {
+            let cols = (w.panels - 1) * NR + w.cols_last;
+            for q in 0..w.panels {
+                let live = (cols - q * NR).min(NR);
+                let mut j = 0;
+                while j < live {
+                    let group = TileArgs {
+                        rows: R,
+                        cols: live - j,
+                        kc: w.kc,
+                        a: w.a,
+                        b: BPanel {
+                            ptr: (w.b.ptr as *const u8).add(q * w.bstride) as *const $W,
+                            ..w.b
+                        },
+                        c: CTile {
+                            ptr: w.c.ptr.add(q * NR + j),
+                            ..w.c
+                        },
+                        accumulate: w.accumulate,
+                    };
+                    $block::<R, V, true>(&group, j, w.a_step);
+                    j += 4 * V;
+                }
+            }
+        }
+
+        /// # Safety
+        /// See [`crate::kernels::WideArgs`]; rows 1 to 3, panels 1 to 4.
+        pub unsafe fn $wide_entry(w: &WideArgs<f32, $W>) {
+            by_rows!(w.rows, [1, 2, 3], R => {
+                const V: usize = block_width(R);
+                $wide::<R, V>(w)
             })
         }
     };
@@ -196,5 +254,21 @@ const fn block_width(rows: usize) -> usize {
     }
 }
 
-neon_blocks!(Q8_0, widen8_q8_0, kernel_q8_0, tile_q8_0, block_q8_0);
-neon_blocks!(Q4_0, widen8_q4_0, kernel_q4_0, tile_q4_0, block_q4_0);
+neon_blocks!(
+    Q8_0,
+    widen8_q8_0,
+    kernel_q8_0,
+    tile_q8_0,
+    block_q8_0,
+    wide_q8_0,
+    wide_rows_q8_0
+);
+neon_blocks!(
+    Q4_0,
+    widen8_q4_0,
+    kernel_q4_0,
+    tile_q4_0,
+    block_q4_0,
+    wide_q4_0,
+    wide_rows_q4_0
+);

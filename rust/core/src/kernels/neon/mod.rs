@@ -1,7 +1,7 @@
 //! The NEON family (aarch64): 12 x 8 (f32) and 6 x 8 (f64) register blocks run over the
 //! panels, wide and stream kernels, the 12-row A packer, the float32 tile and wide kernels
-//! against bfloat16 and float16 B, and the float32 tile kernels against block formats
-//! (`blocks.rs`). Generic element-wise code needs no separate context: NEON
+//! against bfloat16 and float16 B, and the float32 tile and wide kernels against block
+//! formats (`blocks.rs`). Generic element-wise code needs no separate context: NEON
 //! is part of aarch64's baseline, so plain code is already vectorised.
 
 mod blocks;
@@ -81,8 +81,8 @@ impl Family for Neon {
             tile: blocks::kernel_q8_0,
             tile_copies: false,
             tile_prefetches: false,
-            wide: None,
-            wide_compact_a: false,
+            wide: Some(blocks::wide_q8_0),
+            wide_compact_a: true,
             stream: None,
             pack_a_panel: Some(gemm::pack12_f32),
             fetch_next_a: false,
@@ -95,8 +95,8 @@ impl Family for Neon {
             tile: blocks::kernel_q4_0,
             tile_copies: false,
             tile_prefetches: false,
-            wide: None,
-            wide_compact_a: false,
+            wide: Some(blocks::wide_q4_0),
+            wide_compact_a: true,
             stream: None,
             pack_a_panel: Some(gemm::pack12_f32),
             fetch_next_a: false,
