@@ -73,7 +73,7 @@ unsafe fn widen8_q4_0(
 }
 
 macro_rules! neon_blocks {
-    ($W:ty, $widen8:ident, $entry:ident, $tile:ident, $block:ident, $wide_entry:ident, $wide:ident) => {
+    ($W:ty, $widen8:ident, $entry:ident, $tile:ident, $block:ident, $wide_entry:ident) => {
         /// One register block: rows `0..R` of A (row i of depth step k at `t.a[k * a_step +
         /// i]`: a 12-row panel, `a_step` = 12, loaded a vector at a time; or, `COMPACT`, a
         /// compact copy or the row itself, loaded a value at a time) against `V` vectors (`4 V`
@@ -171,11 +171,14 @@ macro_rules! neon_blocks {
             }
         }
 
-        /// Rows `0..R` of a tile: the panel's column groups of `V` vectors one after the other
-        /// (groups wholly past `t.cols` skipped). A function of its own for each shape, so that
-        /// each depth loop gets the registers to itself.
+        /// Rows `0..R` of a tile, A read as `$block` says: the panel's column groups of `V`
+        /// vectors one after the other (groups wholly past `t.cols` skipped). A function of its
+        /// own for each shape, so that each depth loop gets the registers to itself.
         #[inline(never)]
-        unsafe fn $tile<const R: usize, const V: usize>(t: &TileArgs<f32, $W>) {
+        unsafe fn $tile<const R: usize, const V: usize, const COMPACT: bool>(
+            t: &TileArgs<f32, $W>,
+            a_step: usize,
+        ) {
             let mut j = 0;
             while j < t.cols {
                 let group = TileArgs {
@@ -186,7 +189,7 @@ macro_rules! neon_blocks {
                     },
                     ..*t
                 };
-                $block::<R, V, false>(&group, j, MR_F32);
+                $block::<R, V, COMPACT>(&group, j, a_step);
                 j += 4 * V;
             }
         }
@@ -196,49 +199,40 @@ macro_rules! neon_blocks {
         pub unsafe fn $entry(t: &TileArgs<f32, $W>, _: &TileAux<$W>) {
             by_rows!(t.rows, [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1], R => {
                 const V: usize = block_width(R);
-                $tile::<R, V>(t)
+                $tile::<R, V, false>(t, MR_F32)
             })
         }
 
         /// Few rows (1 to 3) against 1 to 4 consecutive panels (`bstride` bytes apart, the
-        /// last with `cols_last` live columns), the decode case: the tile's register blocks
-        /// for those rows (one row x 32 columns, two or three x 16) panel after panel, A
-        /// compact or the row itself (row i of step k at `a[k * a_step + i]`), so that one
-        /// call covers what the loops would pack into a 12-row panel and hand to four tiles.
-        #[inline(never)]
-        unsafe fn $wide<const R: usize, const V: usize>(w: &WideArgs<f32, $W>) {
-            let cols = (w.panels - 1) * NR + w.cols_last;
-            for q in 0..w.panels {
-                let live = (cols - q * NR).min(NR);
-                let mut j = 0;
-                while j < live {
-                    let group = TileArgs {
-                        rows: R,
-                        cols: live - j,
-                        kc: w.kc,
-                        a: w.a,
-                        b: BPanel {
-                            ptr: (w.b.ptr as *const u8).add(q * w.bstride) as *const $W,
-                            ..w.b
-                        },
-                        c: CTile {
-                            ptr: w.c.ptr.add(q * NR + j),
-                            ..w.c
-                        },
-                        accumulate: w.accumulate,
-                    };
-                    $block::<R, V, true>(&group, j, w.a_step);
-                    j += 4 * V;
-                }
-            }
-        }
-
+        /// last with `cols_last` live columns), the decode case: the tile for those rows panel
+        /// after panel, A compact or the row itself (row i of step k at `a[k * a_step + i]`),
+        /// so that one call covers what the loops would pack into a 12-row panel and hand to
+        /// four tiles.
+        ///
         /// # Safety
         /// See [`crate::kernels::WideArgs`]; rows 1 to 3, panels 1 to 4.
         pub unsafe fn $wide_entry(w: &WideArgs<f32, $W>) {
+            let cols = (w.panels - 1) * NR + w.cols_last;
+            let panel = |q: usize| TileArgs {
+                rows: w.rows,
+                cols: (cols - q * NR).min(NR),
+                kc: w.kc,
+                a: w.a,
+                b: BPanel {
+                    ptr: (w.b.ptr as *const u8).add(q * w.bstride) as *const $W,
+                    ..w.b
+                },
+                c: CTile {
+                    ptr: w.c.ptr.add(q * NR),
+                    ..w.c
+                },
+                accumulate: w.accumulate,
+            };
             by_rows!(w.rows, [1, 2, 3], R => {
                 const V: usize = block_width(R);
-                $wide::<R, V>(w)
+                for q in 0..w.panels {
+                    $tile::<R, V, true>(&panel(q), w.a_step);
+                }
             })
         }
     };
@@ -260,8 +254,7 @@ neon_blocks!(
     kernel_q8_0,
     tile_q8_0,
     block_q8_0,
-    wide_q8_0,
-    wide_rows_q8_0
+    wide_q8_0
 );
 neon_blocks!(
     Q4_0,
@@ -269,6 +262,5 @@ neon_blocks!(
     kernel_q4_0,
     tile_q4_0,
     block_q4_0,
-    wide_q4_0,
-    wide_rows_q4_0
+    wide_q4_0
 );
