@@ -40,7 +40,10 @@ impl<T: Float> Block<T> {
     }
 
     /// The residual recipe on `x (B*T, d)`; the new positions' keys and values go to `heads`.
-    /// `rotary`: the cosines and sines of the pass's positions (rotary models only).
+    /// `rotary`: the cosines and sines of the pass's positions (rotary models only). With
+    /// `keep` (see [`SelfAttention::forward`]) only the kept rows go on past the keys and
+    /// values, moved to rows `0 ..` of `x`; the rows after them are left as they were.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         x: &mut [T],
@@ -49,6 +52,7 @@ impl<T: Float> Block<T> {
         ws: &mut Workspace<T>,
         rotary: Option<&RotaryTable<T>>,
         ph: &mut Phases,
+        keep: Option<(&Pass, &[usize])>,
     ) {
         let (d, rows) = (pass.d, pass.rows());
         let Workspace {
@@ -62,8 +66,10 @@ impl<T: Float> Block<T> {
         } = ws;
         self.norm1.forward(x, h, d);
         let buf = AttentionBuffers { qkv, att, y };
-        self.attn.forward(h, x, heads, pass, buf, rotary);
+        self.attn.forward(h, x, heads, pass, buf, rotary, keep);
         ph.mark("attention layer");
+        let rows = keep.map_or(rows, |(kept, _)| kept.rows());
+        let x = &mut x[..rows * d];
         self.norm2.forward(x, h, d);
         self.mlp.forward(h, x, rows, u, g, y);
         ph.mark("mlp");

@@ -666,6 +666,13 @@ impl<T: Float> Model<T> {
             h.extend_from_slice(&x);
         }
         ph.mark("embedding");
+        // Rows whose logits are asked for, when not every row's: in the last block the other
+        // rows only append their keys and values (nothing else of theirs reaches an output).
+        let kept = match logits {
+            Some(r) if !want_hidden && !self.blocks.is_empty() => pass.kept(r),
+            _ => None,
+        };
+        let last = self.blocks.len().saturating_sub(1);
         for (li, blk) in self.blocks.iter().enumerate() {
             check()?;
             let heads: &mut [HeadKv<T>] = if persistent {
@@ -676,7 +683,11 @@ impl<T: Float> Model<T> {
                 l
             };
             // x += attn(norm1(x)); x += mlp(norm2(x))
-            blk.forward(&mut x, heads, pass, ws, rotary, &mut ph);
+            let keep = match (&kept, logits) {
+                (Some(k), Some(r)) if li == last => Some((k, r)),
+                _ => None,
+            };
+            blk.forward(&mut x, heads, pass, ws, rotary, &mut ph, keep);
             if let Some(h) = hidden.as_mut() {
                 h.extend_from_slice(&x);
             }
@@ -684,6 +695,17 @@ impl<T: Float> Model<T> {
         ws.rope = rope;
         check()?;
         let mut final_x = None;
+        if let Some(k) = &kept {
+            // The kept rows are rows 0 .. of x: the rows asked for, in order.
+            x.truncate(k.rows() * d);
+            let logits = self.head_logits(&x, k.rows(), &mut ws.h)?;
+            ph.mark("head");
+            return Ok(RunOutput {
+                logits,
+                hidden,
+                final_x: None,
+            });
+        }
         let logits = match logits {
             None => {
                 final_x = Some(x);

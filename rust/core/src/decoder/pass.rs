@@ -87,6 +87,41 @@ impl Pass {
         }
     }
 
+    /// The pass of only the rows `keep` of this one, for a last layer whose other rows reach
+    /// no output: the kept rows, in order, become rows `0 ..` of the new pass, each at its own
+    /// position and in its own segment (the segment indices, and so the key/value heads they
+    /// read, stay as they are; a segment with no kept row has none). `None` when it would keep
+    /// every row, or when `keep` is not ascending or keeps rows of a segment that are not
+    /// consecutive.
+    pub fn kept(&self, keep: &[usize]) -> Option<Pass> {
+        if keep.len() >= self.rows() || keep.windows(2).any(|w| w[0] >= w[1]) {
+            return None;
+        }
+        let mut segments = Vec::with_capacity(self.segments.len());
+        let mut next = 0; // the first of `keep` not yet in a segment
+        for s in &self.segments {
+            let end = s.row0 + s.rows;
+            let n = keep[next..].iter().take_while(|&&r| r < end).count();
+            let first = keep.get(next).copied().filter(|_| n > 0).unwrap_or(s.row0);
+            if n > 0 && keep[next + n - 1] - first + 1 != n {
+                return None;
+            }
+            segments.push(Segment {
+                row0: next,
+                rows: n,
+                p0: s.p0 + (first - s.row0),
+                table0: s.table0 + (first - s.row0),
+            });
+            next += n;
+        }
+        if next != keep.len() {
+            return None;
+        }
+        let mut kept = Pass::new(segments, self.d, self.causal);
+        kept.kernel = self.kernel;
+        Some(kept)
+    }
+
     /// Rows of the activations (all segments').
     pub fn rows(&self) -> usize {
         self.positions.len()

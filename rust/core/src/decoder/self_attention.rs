@@ -100,6 +100,12 @@ impl<T: Float> SelfAttention<T> {
     /// `x (rows, d) += attn(h (rows, d)) Wo + bo`, appending the new positions' keys and values
     /// to `heads` (one per (segment, key/value head), `segments * n_kv_heads`). With `rotary`,
     /// the queries and keys of each row are rotated by the row's position first.
+    ///
+    /// With `keep` (the pass of only some rows, [`Pass::kept`], and those rows' indices), every
+    /// row's keys and values are appended but only the kept rows attend: they are moved to rows
+    /// `0 ..` of `x` and only those are updated (each row's arithmetic is its own, so a kept
+    /// row's bits are those of the whole pass).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         h: &[T],
@@ -108,6 +114,7 @@ impl<T: Float> SelfAttention<T> {
         pass: &Pass,
         buf: AttentionBuffers<'_, T>,
         rotary: Option<&RotaryTable<T>>,
+        keep: Option<(&Pass, &[usize])>,
     ) {
         let rows = pass.rows();
         let cols = self.columns();
@@ -116,8 +123,28 @@ impl<T: Float> SelfAttention<T> {
             rotate(buf.qkv, cols, pass, table);
         }
         append_kv(buf.qkv, heads, cols, pass);
-        attend(buf.qkv, heads, buf.att, cols, pass);
-        self.proj.forward(buf.att, rows, buf.y, After::AddInto(x));
+        let Some((kept, rows_kept)) = keep else {
+            attend(buf.qkv, heads, buf.att, cols, pass);
+            self.proj.forward(buf.att, rows, buf.y, After::AddInto(x));
+            return;
+        };
+        let d = pass.d;
+        gather_rows(buf.qkv, cols.width(), rows_kept);
+        gather_rows(x, d, rows_kept);
+        attend(buf.qkv, heads, buf.att, cols, kept);
+        let n = rows_kept.len();
+        self.proj
+            .forward(buf.att, n, buf.y, After::AddInto(&mut x[..n * d]));
+    }
+}
+
+/// Moves rows `rows` (ascending) of `a` (rows of `width` values) to rows `0 .. rows.len()`, in
+/// order (row `rows[i]` is at or after row `i`, so no row is overwritten before it moves).
+fn gather_rows<T: Copy>(a: &mut [T], width: usize, rows: &[usize]) {
+    for (i, &r) in rows.iter().enumerate() {
+        if r != i {
+            a.copy_within(r * width..(r + 1) * width, i * width);
+        }
     }
 }
 

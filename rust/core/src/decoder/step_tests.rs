@@ -360,3 +360,108 @@ fn bad_input_names_the_sequence_and_changes_no_cache() {
     let out = m.step_many(&mut [], &ok).unwrap();
     assert!(out.logits.is_empty() && out.rows.is_empty());
 }
+
+/// Logits of the last rows only (the last block then runs its attention and MLP on those rows
+/// alone): a batch's last rows equal, bit for bit, the last rows of every row's logits, with
+/// and without a cache, and the cache the last-rows pass leaves behind holds the same keys and
+/// values (the decode step after it equals the one after the all-rows pass). GPT-2 and Llama,
+/// every kernel, 1 and 2 threads.
+#[test]
+fn last_rows_equal_the_last_of_all_rows() {
+    fn req(ids: &[u32], batch: usize, t_new: usize, logits: Logits) -> Request<'_> {
+        Request {
+            ids,
+            batch,
+            t_new,
+            logits,
+            causal: true,
+            want_hidden: false,
+        }
+    }
+    fn check<T: Float>(m: &Model<T>, seed: u64) {
+        let v = m.cfg.vocab_size;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for (batch, t) in [(1usize, 2usize), (1, 37), (3, 7), (2, 130)] {
+            let ids: Vec<u32> = (0..batch * t).map(|_| rng.gen_range(0..v as u32)).collect();
+            let next: Vec<u32> = (0..batch).map(|_| rng.gen_range(0..v as u32)).collect();
+            let (mut ca, mut cl) = (m.new_cache(batch), m.new_cache(batch));
+            let all = m
+                .run(&req(&ids, batch, t, Logits::All), Some(&mut ca), &ok)
+                .unwrap();
+            let last = m
+                .run(&req(&ids, batch, t, Logits::Last), Some(&mut cl), &ok)
+                .unwrap();
+            let plain = m
+                .run(&req(&ids, batch, t, Logits::Last), None, &ok)
+                .unwrap();
+            let want: Vec<T> = (0..batch)
+                .flat_map(|b| all.logits[((b + 1) * t - 1) * v..(b + 1) * t * v].to_vec())
+                .collect();
+            assert_eq!(bits(&last.logits), bits(&want), "{batch} x {t}, cached");
+            assert_eq!(bits(&plain.logits), bits(&want), "{batch} x {t}, plain");
+            let a = m
+                .run(&req(&next, batch, 1, Logits::Last), Some(&mut ca), &ok)
+                .unwrap();
+            let l = m
+                .run(&req(&next, batch, 1, Logits::Last), Some(&mut cl), &ok)
+                .unwrap();
+            assert_eq!(
+                bits(&l.logits),
+                bits(&a.logits),
+                "{batch} x {t}, step after"
+            );
+        }
+    }
+    let before = crate::threads::num_threads();
+    let llama = {
+        let c = config(4, 2, llama3());
+        Model::new(c.clone(), &map(&weights::<f32>(&c, 51))).unwrap()
+    };
+    let gpt2 = random_model::<f32>(&cfg(false, true), true, true, 52);
+    for k in crate::kernels::available() {
+        crate::kernels::set_kernel(Some(k)).unwrap();
+        for threads in 1..=2 {
+            crate::threads::set_num_threads(threads).unwrap();
+            check(&llama, 53);
+            check(&gpt2, 54);
+        }
+    }
+    crate::kernels::set_kernel(None).unwrap();
+    crate::threads::set_num_threads(before).unwrap();
+    let c = config(4, 1, RopeScaling::Default);
+    check(
+        &Model::new(c.clone(), &map(&weights::<f64>(&c, 55))).unwrap(),
+        56,
+    );
+}
+
+/// Which rows a last block keeps: consecutive rows of each segment, in order, at their own
+/// positions; `None` for every row, rows out of order, or a segment's rows with a gap.
+#[test]
+fn a_kept_pass_holds_the_rows_asked_for() {
+    let pass = Pass::ragged(&[(3, 10), (1, 4), (5, 0)], 8, true);
+    let k = pass.kept(&[2, 3, 7, 8]).unwrap();
+    let seg = |row0, rows, p0, table0| Segment {
+        row0,
+        rows,
+        p0,
+        table0,
+    };
+    assert_eq!(
+        k.segments,
+        vec![seg(0, 1, 12, 2), seg(1, 1, 4, 3), seg(2, 2, 3, 7)]
+    );
+    assert_eq!(k.positions, vec![12, 4, 3, 4]);
+    assert_eq!((k.d, k.causal, k.kernel), (8, true, pass.kernel));
+    // A segment without a kept row keeps its place (its index names its heads).
+    let k = pass.kept(&[0, 1]).unwrap();
+    assert_eq!(
+        k.segments,
+        vec![seg(0, 2, 10, 0), seg(2, 0, 4, 3), seg(2, 0, 0, 4)]
+    );
+    assert!(pass.kept(&(0..9).collect::<Vec<_>>()).is_none());
+    assert!(pass.kept(&[3, 2]).is_none());
+    assert!(pass.kept(&[2, 2]).is_none());
+    assert!(pass.kept(&[4, 6]).is_none()); // rows 0 and 2 of the last segment
+    assert!(pass.kept(&[9]).is_none()); // no such row
+}
