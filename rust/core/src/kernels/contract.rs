@@ -83,6 +83,30 @@ pub struct WideArgs<T, W> {
     pub accumulate: bool,
 }
 
+impl<T, W> WideArgs<T, W> {
+    /// The tile of the columns from panel `q` (panels of `nr` columns) to the last live one,
+    /// with `b` the address of panel `q`'s B (the caller knows the unit of `bstride`): what a
+    /// wide kernel built on a family's tile kernel hands to it for panel `q` on.
+    ///
+    /// # Safety
+    /// `q < self.panels`, so that panel `q`'s C columns lie inside the call's C.
+    #[inline(always)]
+    pub unsafe fn tile_from(&self, q: usize, nr: usize, b: *const W) -> TileArgs<T, W> {
+        TileArgs {
+            rows: self.rows,
+            cols: (self.panels - 1 - q) * nr + self.cols_last,
+            kc: self.kc,
+            a: self.a,
+            b: BPanel { ptr: b, ..self.b },
+            c: CTile {
+                ptr: self.c.ptr.add(q * nr),
+                ..self.c
+            },
+            accumulate: self.accumulate,
+        }
+    }
+}
+
 pub type WideFn<T, W = T> = unsafe fn(&WideArgs<T, W>);
 
 /// One call of a stream kernel: C (`rows x cols`, `rows <= STREAM_ROWS`) = A (`rows x k`,

@@ -15,7 +15,7 @@
 use super::gemm::{fma_lane_f32, MR_F32};
 use crate::formats::block::{BlockFormat, BLOCK_NR as NR, QK, SCALE_BYTES};
 use crate::formats::{Q4_0, Q8_0};
-use crate::kernels::contract::{by_rows, BPanel, CTile, TileArgs, TileAux, WideArgs};
+use crate::kernels::contract::{by_rows, CTile, TileArgs, TileAux, WideArgs};
 use std::arch::aarch64::*;
 
 /// Four float16 scales at `p`, widened (`fcvtl`; see `widen_f16` in `gemm.rs` for why not
@@ -212,21 +212,14 @@ macro_rules! neon_blocks {
         /// # Safety
         /// See [`crate::kernels::WideArgs`]; rows 1 to 3, panels 1 to 4.
         pub unsafe fn $wide_entry(w: &WideArgs<f32, $W>) {
-            let cols = (w.panels - 1) * NR + w.cols_last;
-            let panel = |q: usize| TileArgs {
-                rows: w.rows,
-                cols: (cols - q * NR).min(NR),
-                kc: w.kc,
-                a: w.a,
-                b: BPanel {
-                    ptr: (w.b.ptr as *const u8).add(q * w.bstride) as *const $W,
-                    ..w.b
-                },
-                c: CTile {
-                    ptr: w.c.ptr.add(q * NR),
-                    ..w.c
-                },
-                accumulate: w.accumulate,
+            // Panel q alone (`bstride` in bytes here).
+            let panel = |q: usize| {
+                let b = (w.b.ptr as *const u8).add(q * w.bstride) as *const $W;
+                let t = w.tile_from(q, NR, b);
+                TileArgs {
+                    cols: t.cols.min(NR),
+                    ..t
+                }
             };
             by_rows!(w.rows, [1, 2, 3], R => {
                 const V: usize = block_width(R);

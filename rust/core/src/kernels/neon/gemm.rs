@@ -246,23 +246,8 @@ macro_rules! neon_blocks {
         pub unsafe fn $wide_entry(w: &WideArgs<$T, $B>) {
             const NR: usize = $L * 8;
             debug_assert_eq!(w.a_step, $MR);
-            let cols = (w.panels - 1) * NR + w.cols_last;
             // Panels `q ..` of the four as one register block's tile.
-            let from = |q: usize| TileArgs {
-                rows: w.rows,
-                cols: cols - q * NR,
-                kc: w.kc,
-                a: w.a,
-                b: BPanel {
-                    ptr: w.b.ptr.add(q * w.bstride),
-                    ..w.b
-                },
-                c: CTile {
-                    ptr: w.c.ptr.add(q * NR),
-                    ..w.c
-                },
-                accumulate: w.accumulate,
-            };
+            let from = |q: usize| w.tile_from(q, NR, w.b.ptr.add(q * w.bstride));
             by_rows!(w.rows, [1, 2, 3], R => {
                 if R == 1 {
                     for pair in 0..w.panels / 2 {
