@@ -695,22 +695,13 @@ impl<T: Float> Model<T> {
         ws.rope = rope;
         check()?;
         let mut final_x = None;
-        if let Some(k) = &kept {
-            // The kept rows are rows 0 .. of x: the rows asked for, in order.
-            x.truncate(k.rows() * d);
-            let logits = self.head_logits(&x, k.rows(), &mut ws.h)?;
-            ph.mark("head");
-            return Ok(RunOutput {
-                logits,
-                hidden,
-                final_x: None,
-            });
-        }
         let logits = match logits {
             None => {
                 final_x = Some(x);
                 Vec::new()
             }
+            // The last block left the rows asked for, in order, as rows 0 .. of x.
+            Some(r) if kept.is_some() => self.head_logits(&x[..r.len() * d], r.len(), &mut ws.h)?,
             // Every row in order: the residual stream as it is.
             Some(r) if r.len() == rows && r.iter().enumerate().all(|(i, &j)| i == j) => {
                 self.head_logits(&x, rows, &mut ws.h)? // (rows, V)
