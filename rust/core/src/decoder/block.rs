@@ -41,7 +41,7 @@ impl<T: Float> Block<T> {
 
     /// The residual recipe on `x (B*T, d)`; the new positions' keys and values go to `heads`.
     /// `rotary`: the cosines and sines of the pass's positions (rotary models only). With
-    /// `keep` (see [`SelfAttention::forward`]) only the kept rows go on past the keys and
+    /// `keep` (see `SelfAttention::forward`) only the kept rows go on past the keys and
     /// values, moved to rows `0 ..` of `x`; the rows after them are left as they were.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
