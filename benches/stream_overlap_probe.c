@@ -81,10 +81,25 @@ typedef struct {
 
 #define first(v) _mm256_cvtss_f32(v)
 
-/* The chunk `ch` of the run: the buffer's, or the one chunk again with `l1`. */
+/* Where the chunk from `line` on lies: in the buffer, or the first chunk again with `l1`. */
 static const float *chunk_at(const float *buf, size_t line) {
     return in_l1 ? buf : buf + line * 16;
 }
+
+/* One depth step of R (4 or 6) rows x 16 columns: the line at b against R values of A, into the
+ * accumulators c0 .. c11 of the enclosing scope. */
+#define STEP_ROWS(R, a, b)                                                                        \
+    do {                                                                                          \
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps((b) + 8), x;                         \
+        x = _mm256_broadcast_ss((a) + 0); FMA(c0, x, b0); FMA(c1, x, b1);                        \
+        x = _mm256_broadcast_ss((a) + 1); FMA(c2, x, b0); FMA(c3, x, b1);                        \
+        x = _mm256_broadcast_ss((a) + 2); FMA(c4, x, b0); FMA(c5, x, b1);                        \
+        x = _mm256_broadcast_ss((a) + 3); FMA(c6, x, b0); FMA(c7, x, b1);                        \
+        if ((R) > 4) {                                                                            \
+            x = _mm256_broadcast_ss((a) + 4); FMA(c8, x, b0); FMA(c9, x, b1);                    \
+            x = _mm256_broadcast_ss((a) + 5); FMA(c10, x, b0); FMA(c11, x, b1);                  \
+        }                                                                                         \
+    } while (0)
 
 /* R (4 or 6) rows x 16 columns through n lines from b, A `as` values a step. */
 #define ROWS_STRIP(NAME, R)                                                                      \
@@ -94,15 +109,7 @@ static const float *chunk_at(const float *buf, size_t line) {
         _Pragma("GCC unroll 2")                                                                   \
         for (int k = 0; k < n; k++) {                                                             \
             if (prefetch) _mm_prefetch((const char *)(b + PF * 16), _MM_HINT_T0);                 \
-            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), x;                       \
-            x = _mm256_broadcast_ss(a + 0); FMA(c0, x, b0); FMA(c1, x, b1);                      \
-            x = _mm256_broadcast_ss(a + 1); FMA(c2, x, b0); FMA(c3, x, b1);                      \
-            x = _mm256_broadcast_ss(a + 2); FMA(c4, x, b0); FMA(c5, x, b1);                      \
-            x = _mm256_broadcast_ss(a + 3); FMA(c6, x, b0); FMA(c7, x, b1);                      \
-            if (R > 4) {                                                                          \
-                x = _mm256_broadcast_ss(a + 4); FMA(c8, x, b0); FMA(c9, x, b1);                  \
-                x = _mm256_broadcast_ss(a + 5); FMA(c10, x, b0); FMA(c11, x, b1);                \
-            }                                                                                     \
+            STEP_ROWS(R, a, b);                                                                   \
             a += as;                                                                              \
             b += 16;                                                                              \
         }                                                                                         \
@@ -129,13 +136,7 @@ __attribute__((target("avx2,fma"))) static void strip6c(const float *b, const fl
 #pragma GCC unroll 2
     for (int k = 0; k < n; k++) {
         _mm_prefetch((const char *)(b + PF * 16), _MM_HINT_T0);
-        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), x;
-        x = _mm256_broadcast_ss(a + 0); FMA(c0, x, b0); FMA(c1, x, b1);
-        x = _mm256_broadcast_ss(a + 1); FMA(c2, x, b0); FMA(c3, x, b1);
-        x = _mm256_broadcast_ss(a + 2); FMA(c4, x, b0); FMA(c5, x, b1);
-        x = _mm256_broadcast_ss(a + 3); FMA(c6, x, b0); FMA(c7, x, b1);
-        x = _mm256_broadcast_ss(a + 4); FMA(c8, x, b0); FMA(c9, x, b1);
-        x = _mm256_broadcast_ss(a + 5); FMA(c10, x, b0); FMA(c11, x, b1);
+        STEP_ROWS(6, a, b);
         a += 6;
         b += 16;
     }
