@@ -502,3 +502,34 @@ fn non_finite_weights_are_refused_by_block_formats() {
         );
     }
 }
+
+/// A model's packed matrices of at least `memory::GATHER_MIN_BYTES` lie back to back in shared
+/// regions of whole huge pages (one region for a model this small), in every kind of format;
+/// smaller ones in buffers of their own.
+#[test]
+#[cfg(target_os = "linux")]
+fn packed_matrices_are_gathered() {
+    let cfg = sized(false, false, 512, 2048);
+    let w = weights(&cfg, 3);
+    for name in ["bfloat16", "q8_0"] {
+        let fmt = WeightFormat::named(name).unwrap();
+        for m in [
+            Model::new(cfg.clone(), &map(&w)).unwrap(),
+            Model::with_format(cfg.clone(), &map(&w), fmt, None).unwrap(),
+        ] {
+            let mut regions = vec![];
+            for (n, t) in m.large_tensors() {
+                if let Large::Matrix(lm) = t {
+                    match lm.w.region() {
+                        Some(r) => regions.push(r.span().0),
+                        None => assert!(lm.w.nbytes() < crate::memory::GATHER_MIN_BYTES, "{n}"),
+                    }
+                }
+            }
+            // At least the four matrices of each of the two blocks (the head's 101 columns
+            // pack to 262144 bytes in float32, under the bound in the block format).
+            assert!(regions.len() >= 8, "{name}: {}", regions.len());
+            assert!(regions.iter().all(|&r| r == regions[0]), "{name}");
+        }
+    }
+}

@@ -250,22 +250,27 @@ impl<T: Float> Model<T> {
             format,
             fetch,
         };
-        let embedding = Embedding::load(&layout, &src)?;
-        let blocks = layout
-            .blocks
-            .iter()
-            .map(|b| Block::load(b, &src))
-            .collect::<Result<Vec<_>>>()?;
-        let norm_f = Norm::load(&layout.norm_f, &src)?;
+        // The packed matrices live and die with the model: gathered into shared regions of
+        // huge pages (see `memory::gathered`).
+        let (embedding, blocks, norm_f, head) = crate::memory::gathered(|| -> Result<_> {
+            let embedding = Embedding::load(&layout, &src)?;
+            let blocks = layout
+                .blocks
+                .iter()
+                .map(|b| Block::load(b, &src))
+                .collect::<Result<Vec<_>>>()?;
+            let norm_f = Norm::load(&layout.norm_f, &src)?;
+            // The head multiplies by W^T where W is (V, d): a transposed view, packed once.
+            let (d, v) = (cfg.d_model, cfg.vocab_size);
+            let head = match &layout.lm_head {
+                None => embedding.wte.pack_transposed(v, d)?,
+                Some(s) => src.matrix(s, true)?,
+            };
+            Ok((embedding, blocks, norm_f, head))
+        })?;
         let rotary = match &layout.positions {
             PositionSpec::Rotary(rope) => Some(Rotary::new(rope.clone(), cfg.d_head)),
             _ => None,
-        };
-        // The head multiplies by W^T where W is (V, d): a transposed view, packed once.
-        let (d, v) = (cfg.d_model, cfg.vocab_size);
-        let head = match &layout.lm_head {
-            None => embedding.wte.pack_transposed(v, d)?,
-            Some(s) => src.matrix(s, true)?,
         };
         Ok(Model {
             cfg,

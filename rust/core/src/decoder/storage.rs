@@ -53,6 +53,9 @@ pub trait PackedWeights<T>: Send + Sync {
     fn blocks(&self) -> Option<Vec<u8>> {
         None
     }
+    /// The region shared with the model's other matrices that the matrix was packed into, if
+    /// any (see [`crate::memory::gathered`]).
+    fn region(&self) -> Option<&crate::memory::Region>;
 }
 
 impl<T, W> PackedWeights<T> for PackedB<W>
@@ -78,6 +81,9 @@ where
     }
     fn gemm(&self, a: MatRef<'_, T>, c: &mut [T], ldc: usize, opts: &Options<'_, T>) {
         gemm_packed(a, self, c, ldc, opts)
+    }
+    fn region(&self) -> Option<&crate::memory::Region> {
+        PackedB::region(self)
     }
 }
 
@@ -118,6 +124,10 @@ impl<T: Float> Packed<T> {
     }
     pub fn cols(&self) -> usize {
         self.0.cols()
+    }
+    /// The region shared with the model's other matrices that the matrix lies in, if any.
+    pub fn region(&self) -> Option<&crate::memory::Region> {
+        self.0.region()
     }
     pub fn nbytes(&self) -> usize {
         self.0.nbytes()
@@ -310,6 +320,9 @@ where
     }
     fn blocks(&self) -> Option<Vec<u8>> {
         Some(pack_blocks::unpack(&self.0))
+    }
+    fn region(&self) -> Option<&crate::memory::Region> {
+        self.0.region()
     }
 }
 

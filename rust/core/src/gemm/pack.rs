@@ -12,6 +12,7 @@ use super::tuning;
 use super::view::MatRef;
 use crate::formats::{BPanel, StorageFormat, ValueFormat, WidensTo};
 use crate::kernels::{GemmKernels, Kernel};
+use crate::memory::Units;
 use crate::threads;
 use crate::Element;
 
@@ -102,7 +103,9 @@ pub(crate) fn line_start<T>(addr: usize) -> usize {
 /// is [`StorageFormat::panel_units`]`(kc)` units, the panels of a depth block one after the
 /// other, the depth blocks one after the other.
 pub struct PackedB<T> {
-    data: Vec<T>,
+    /// The buffer (its own, or a range of a region shared with the other matrices of a model:
+    /// see [`crate::memory::gathered`]).
+    data: Units<T>,
     /// Values of `data` before the first panel (fewer than a cache line's worth).
     start: usize,
     k: usize,
@@ -130,9 +133,15 @@ impl<T: StorageFormat> PackedB<T> {
         &self.data[self.start..self.start + Self::packed_len(self.k, self.n)]
     }
 
-    /// The storage back, for [`PackedB::pack_into`] to reuse.
+    /// The storage back, for [`PackedB::pack_into`] to reuse (a copy of it for a matrix
+    /// packed into a shared region).
     pub fn into_data(self) -> Vec<T> {
-        self.data
+        self.data.into_vec()
+    }
+
+    /// The region the matrix lies in, when it was packed into a shared one.
+    pub fn region(&self) -> Option<&crate::memory::Region> {
+        self.data.region()
     }
 
     pub fn rows(&self) -> usize {
@@ -188,7 +197,13 @@ impl<T: StorageFormat> PackedB<T> {
     /// A matrix packed by its format's own packer (a block format's): `data[start..]` holds
     /// the [`PackedB::packed_len`] units of a (K x N) matrix, its depth blocks those of
     /// [`KBlocks::for_format`], every panel in the format's layout.
-    pub fn from_packed_units(data: Vec<T>, start: usize, k: usize, n: usize) -> PackedB<T> {
+    pub fn from_packed_units(
+        data: impl Into<Units<T>>,
+        start: usize,
+        k: usize,
+        n: usize,
+    ) -> PackedB<T> {
+        let data = data.into();
         assert!(start * std::mem::size_of::<T>() < PACKED_ALIGN);
         assert!(
             data.len() >= start + Self::packed_len(k, n),
@@ -258,8 +273,9 @@ impl<T: ValueFormat> PackedB<T> {
     /// [`PackedB::try_pack`] laid out for `kernel` (see [`Kernel::half_panels`]).
     pub fn try_pack_for(b: MatRef<'_, T>, kernel: Kernel) -> crate::Result<PackedB<T>> {
         let len = Self::buffer_len(b.rows, b.cols);
-        let data = crate::memory::try_zeroed::<T>(len, "packing a matrix")?;
-        Ok(Self::pack_into_for(b, data, kernel))
+        let data = crate::memory::try_zeroed_units::<T>(len, "packing a matrix")?;
+        let start = line_start::<T>(data.as_ptr() as usize);
+        Ok(Self::pack_at(b, data, start, kernel.half_panels()))
     }
 
     /// Pack a (K x N) matrix into `data`, which must hold exactly [`PackedB::buffer_len`]
@@ -281,10 +297,11 @@ impl<T: ValueFormat> PackedB<T> {
     /// the value type allows them).
     pub(crate) fn pack_at(
         b: MatRef<'_, T>,
-        mut data: Vec<T>,
+        data: impl Into<Units<T>>,
         start: usize,
         halves: bool,
     ) -> PackedB<T> {
+        let mut data = data.into();
         let halves = halves && T::HALVES;
         let (k, n) = (b.rows, b.cols);
         assert_eq!(

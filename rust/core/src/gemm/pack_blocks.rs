@@ -23,7 +23,7 @@ pub fn pack<W: BlockFormat>(blocks: &[u8], k: usize, n: usize) -> Result<PackedB
         );
     }
     let len = PackedB::<W>::buffer_len(k, n);
-    let mut data = crate::memory::try_zeroed::<W>(len, "packing a matrix")?;
+    let mut data = crate::memory::try_zeroed_units::<W>(len, "packing a matrix")?;
     let start = line_start::<W>(data.as_ptr() as usize);
     let kb = KBlocks::for_format::<W>(k);
     let panels = n.div_ceil(W::PANEL_NR);
