@@ -288,10 +288,10 @@ thread_local! {
 }
 
 /// Runs `f` with the buffers of at least [`GATHER_MIN_BYTES`] that [`try_zeroed_units`] hands
-/// out on this thread gathered:
-/// back to back in shared regions of whole huge pages (see the module documentation), for
-/// buffers that live and die together, such as a model's packed weights. Scopes nest (the
-/// inner one gathers into regions of its own).
+/// out on this thread gathered: one after the other, each from a page boundary, in shared
+/// regions of whole huge pages (see the module documentation), for buffers that live and die
+/// together, such as a model's packed weights. Scopes nest (the inner one gathers into regions
+/// of its own).
 pub fn gathered<R>(f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Gathering>);
     impl Drop for Restore {
@@ -395,8 +395,8 @@ mod tests {
         let (rb, pb, lb) = gathered_range(&b);
         let (ri, _, _) = gathered_range(&inner);
         assert_eq!((la, lb), (big, 2 * big));
-        // One region, at a 2 MiB boundary and whole 2 MiB pages long; the second buffer on the
-        // first cache line after the first; an inner scope's buffers in a region of their own.
+        // One region, at a 2 MiB boundary and whole 2 MiB pages long; the second buffer from
+        // the first page boundary after the first; an inner scope's in a region of its own.
         assert_eq!(ra, rb);
         assert_ne!(ri, ra);
         assert_eq!(ra % HUGE_PAGE, 0);

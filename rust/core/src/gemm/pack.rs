@@ -274,8 +274,7 @@ impl<T: ValueFormat> PackedB<T> {
     pub fn try_pack_for(b: MatRef<'_, T>, kernel: Kernel) -> crate::Result<PackedB<T>> {
         let len = Self::buffer_len(b.rows, b.cols);
         let data = crate::memory::try_zeroed_units::<T>(len, "packing a matrix")?;
-        let start = line_start::<T>(data.as_ptr() as usize);
-        Ok(Self::pack_at(b, data, start, kernel.half_panels()))
+        Ok(Self::pack_into_for(b, data, kernel))
     }
 
     /// Pack a (K x N) matrix into `data`, which must hold exactly [`PackedB::buffer_len`]
@@ -286,8 +285,14 @@ impl<T: ValueFormat> PackedB<T> {
         Self::pack_into_for(b, data, crate::kernels::current())
     }
 
-    /// [`PackedB::pack_into`] laid out for `kernel`.
-    pub fn pack_into_for(b: MatRef<'_, T>, data: Vec<T>, kernel: Kernel) -> PackedB<T> {
+    /// [`PackedB::pack_into`] laid out for `kernel`, into a vector or a gathered buffer
+    /// ([`Units`]).
+    pub fn pack_into_for(
+        b: MatRef<'_, T>,
+        data: impl Into<Units<T>>,
+        kernel: Kernel,
+    ) -> PackedB<T> {
+        let data = data.into();
         let start = line_start::<T>(data.as_ptr() as usize);
         Self::pack_at(b, data, start, kernel.half_panels())
     }
