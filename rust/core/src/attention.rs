@@ -9,11 +9,15 @@
 //! `o' = o c + P V` (the kernel continues the FMA chain from `o c`). Finally `o / l`.
 //! No T x T matrix is ever built, and each query row's arithmetic is independent of the other
 //! rows and of how many positions follow it, so a one-row decode step reproduces the full
-//! forward's bits.
+//! forward's bits. Rows that all see the same keys (a decode step's row, or the heads of a
+//! group at one position) go through the family's wide kernel instead of its tile kernel when
+//! they are few: more chains at once, the same chain for every element.
 
 use crate::gemm::pack::{pack_a, KBlocks};
 use crate::gemm::MatRef;
-use crate::kernels::{BPanel, CTile, GemmKernels, HasKernels, Kernel, TileArgs, TileAux};
+use crate::kernels::{
+    BPanel, CTile, GemmKernels, HasKernels, Kernel, TileArgs, TileAux, WideArgs, WIDE_ROWS,
+};
 use crate::kv_cache::{HeadKv, KB};
 use crate::ops::Transcendental;
 
@@ -57,7 +61,34 @@ impl Visible {
             nkeys
         }
     }
+
+    /// Whether all `nq` rows see the same keys: one row, the heads of a group at one position,
+    /// or no mask.
+    #[inline(always)]
+    fn uniform(self, nq: usize) -> bool {
+        nq == 1 || self.pos_step == 0 || !self.causal
+    }
 }
+
+/// The wide kernel for a block of query rows that all see the same keys, when the family has
+/// one and the rows are few enough: a decode step's row (or its group of heads). A tile of one
+/// row keeps four FMA chains going through a panel, each step waiting on the last (latency
+/// bound); the wide kernel takes up to four panels side by side, up to eight chains a row.
+/// Each element's chain is the same (ascending depth from the same start), so are the bits.
+#[inline(always)]
+fn wide_for<T: HasKernels>(
+    kernels: &GemmKernels<T>,
+    blk: &QueryBlock<T>,
+    vis: Visible,
+) -> Option<crate::kernels::WideFn<T, T>> {
+    match kernels.wide {
+        Some(wide) if blk.nq <= WIDE_ROWS && vis.uniform(blk.nq) => Some(wide),
+        _ => None,
+    }
+}
+
+/// Panels at most one wide call takes.
+const WIDE_PANELS: usize = 4;
 
 /// Attention for the query rows of `blk` against the keys and values of `kv`: keys
 /// `0 ..= q0 + i * pos_step` for row i when `causal`, else all `kv.len` keys.
@@ -147,6 +178,35 @@ unsafe fn scores<T: HasKernels + Transcendental>(
     scratch: &mut Scratch<T>,
 ) {
     let (mr, nr, dh, nq) = (kernels.mr, T::NR, kv.dh, blk.nq);
+    if let Some(wide) = wide_for(kernels, blk, vis) {
+        // The key block's K^T panels lie one after the other, `dh * nr` values apart.
+        let mut j = 0;
+        while j < nkeys {
+            let panels = (nkeys - j).div_ceil(nr).min(WIDE_PANELS);
+            let w = WideArgs {
+                rows: nq,
+                panels,
+                cols_last: (nkeys - j - (panels - 1) * nr).min(nr),
+                kc: dh,
+                a: scratch.qpack.as_ptr(),
+                a_step: mr,
+                b: BPanel {
+                    ptr: kv.kt_panel(k0 + j),
+                    ldb: nr,
+                    hoff: nr / 2,
+                },
+                bstride: dh * nr,
+                c: CTile {
+                    ptr: scratch.s.as_mut_ptr().add(j),
+                    ldc: KB,
+                },
+                accumulate: false,
+            };
+            wide(&w);
+            j += panels * nr;
+        }
+        return;
+    }
     let mut j = 0;
     while j < nkeys {
         let cols = nr.min(nkeys - j);
@@ -246,6 +306,38 @@ unsafe fn add_pv<T: HasKernels + Transcendental>(
         0, // packed on this work item's thread
         &mut scratch.ppack,
     );
+    if let Some(wide) = wide_for(kernels, blk, vis) {
+        // Every row sees the block's first `kc` keys (at least key 0 of the sequence, so at
+        // least one in every block visited); V's panels of the block lie `KB * nr` values
+        // apart.
+        let kc = vis.keys(0, k0, nkeys);
+        let mut c0 = 0;
+        while c0 < dh {
+            let panels = (dh - c0).div_ceil(nr).min(WIDE_PANELS);
+            let w = WideArgs {
+                rows: nq,
+                panels,
+                cols_last: (dh - c0 - (panels - 1) * nr).min(nr),
+                kc,
+                a: scratch.ppack.as_ptr(),
+                a_step: mr,
+                b: BPanel {
+                    ptr: kv.v_panel(kb, c0 / nr),
+                    ldb: nr,
+                    hoff: nr / 2,
+                },
+                bstride: KB * nr,
+                c: CTile {
+                    ptr: blk.out.add(c0),
+                    ldc: blk.ldo,
+                },
+                accumulate: kb > 0,
+            };
+            wide(&w);
+            c0 += panels * nr;
+        }
+        return;
+    }
     let mut c0 = 0;
     let mut jp = 0;
     while c0 < dh {
@@ -421,14 +513,22 @@ mod tests {
     }
 
     /// Every query block of a sequence, as the decoder cuts them (inside one key block), each
-    /// row again on its own (a decode step) and all rows as one block, with the output filled
+    /// row again on its own (a decode step: the wide kernel where the family has one, several
+    /// calls of it for the widest heads) and all rows as one block, with the output filled
     /// with NaN beforehand and a sentinel beside each output row: against the plain float64
     /// attention, the rows alone and the single block bit for bit against the blocks, and every
     /// kernel against the first.
     #[test]
     fn attention_matches_a_plain_softmax_and_writes_only_its_rows() {
         fn check<T: HasKernels + Transcendental>(tol: f64) {
-            for (dh, len) in [(64usize, 1usize), (64, 97), (40, 250), (64, 2 * KB), (8, 5)] {
+            for (dh, len) in [
+                (64usize, 1usize),
+                (64, 97),
+                (40, 250),
+                (64, 2 * KB),
+                (8, 5),
+                (136, KB + 33),
+            ] {
                 let ld = 3 * dh + 3; // q | k | v side by side, as in the qkv product
                 let val = |t: usize, j: usize| {
                     let x = ((t * 131 + j * 71) % 97) as f64 / 97.0 - 0.5;
