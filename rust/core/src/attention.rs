@@ -90,6 +90,49 @@ fn wide_for<T: HasKernels>(
 /// Panels at most one wide call takes.
 const WIDE_PANELS: usize = 4;
 
+/// `C (rows x cols) (+)= A B` by the wide kernel, up to [`WIDE_PANELS`] panels a call: A packed
+/// (`a_step` values a depth step), B `kc` steps of NR-column panels in row order (panel q at
+/// `b + q bstride`), C from `c` with rows `ldc` apart.
+///
+/// # Safety
+/// The buffers hold what the shapes say (B whole panels, C the live columns only).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn wide_across<T: HasKernels>(
+    wide: crate::kernels::WideFn<T, T>,
+    rows: usize,
+    cols: usize,
+    kc: usize,
+    a: *const T,
+    a_step: usize,
+    (b, bstride): (*const T, usize),
+    (c, ldc): (*mut T, usize),
+    accumulate: bool,
+) {
+    let nr = T::NR;
+    let mut j = 0;
+    while j < cols {
+        let panels = (cols - j).div_ceil(nr).min(WIDE_PANELS);
+        wide(&WideArgs {
+            rows,
+            panels,
+            cols_last: (cols - j - (panels - 1) * nr).min(nr),
+            kc,
+            a,
+            a_step,
+            b: BPanel {
+                ptr: b.add((j / nr) * bstride),
+                ldb: nr,
+                hoff: nr / 2,
+            },
+            bstride,
+            c: CTile { ptr: c.add(j), ldc },
+            accumulate,
+        });
+        j += panels * nr;
+    }
+}
+
 /// Attention for the query rows of `blk` against the keys and values of `kv`: keys
 /// `0 ..= q0 + i * pos_step` for row i when `causal`, else all `kv.len` keys.
 ///
@@ -180,31 +223,9 @@ unsafe fn scores<T: HasKernels + Transcendental>(
     let (mr, nr, dh, nq) = (kernels.mr, T::NR, kv.dh, blk.nq);
     if let Some(wide) = wide_for(kernels, blk, vis) {
         // The key block's K^T panels lie one after the other, `dh * nr` values apart.
-        let mut j = 0;
-        while j < nkeys {
-            let panels = (nkeys - j).div_ceil(nr).min(WIDE_PANELS);
-            let w = WideArgs {
-                rows: nq,
-                panels,
-                cols_last: (nkeys - j - (panels - 1) * nr).min(nr),
-                kc: dh,
-                a: scratch.qpack.as_ptr(),
-                a_step: mr,
-                b: BPanel {
-                    ptr: kv.kt_panel(k0 + j),
-                    ldb: nr,
-                    hoff: nr / 2,
-                },
-                bstride: dh * nr,
-                c: CTile {
-                    ptr: scratch.s.as_mut_ptr().add(j),
-                    ldc: KB,
-                },
-                accumulate: false,
-            };
-            wide(&w);
-            j += panels * nr;
-        }
+        let (q, to) = (scratch.qpack.as_ptr(), (scratch.s.as_mut_ptr(), KB));
+        let panels = (kv.kt_panel(k0), dh * nr);
+        wide_across(wide, nq, nkeys, dh, q, mr, panels, to, false);
         return;
     }
     let mut j = 0;
@@ -311,31 +332,18 @@ unsafe fn add_pv<T: HasKernels + Transcendental>(
         // least one in every block visited); V's panels of the block lie `KB * nr` values
         // apart.
         let kc = vis.keys(0, k0, nkeys);
-        let mut c0 = 0;
-        while c0 < dh {
-            let panels = (dh - c0).div_ceil(nr).min(WIDE_PANELS);
-            let w = WideArgs {
-                rows: nq,
-                panels,
-                cols_last: (dh - c0 - (panels - 1) * nr).min(nr),
-                kc,
-                a: scratch.ppack.as_ptr(),
-                a_step: mr,
-                b: BPanel {
-                    ptr: kv.v_panel(kb, c0 / nr),
-                    ldb: nr,
-                    hoff: nr / 2,
-                },
-                bstride: KB * nr,
-                c: CTile {
-                    ptr: blk.out.add(c0),
-                    ldc: blk.ldo,
-                },
-                accumulate: kb > 0,
-            };
-            wide(&w);
-            c0 += panels * nr;
-        }
+        let (panels, to) = ((kv.v_panel(kb, 0), KB * nr), (blk.out, blk.ldo));
+        wide_across(
+            wide,
+            nq,
+            dh,
+            kc,
+            scratch.ppack.as_ptr(),
+            mr,
+            panels,
+            to,
+            kb > 0,
+        );
         return;
     }
     let mut c0 = 0;
