@@ -16,7 +16,8 @@
 use crate::gemm::pack::{pack_a, KBlocks};
 use crate::gemm::MatRef;
 use crate::kernels::{
-    BPanel, CTile, GemmKernels, HasKernels, Kernel, TileArgs, TileAux, WideArgs, WIDE_ROWS,
+    BPanel, CTile, GemmKernels, HasKernels, Kernel, TileArgs, TileAux, TransposeFn, WideArgs,
+    WIDE_PANELS, WIDE_ROWS,
 };
 use crate::kv_cache::{HeadKv, KB};
 use crate::ops::Transcendental;
@@ -87,9 +88,6 @@ fn wide_for<T: HasKernels>(
     }
 }
 
-/// Panels at most one wide call takes.
-const WIDE_PANELS: usize = 4;
-
 /// `C (rows x cols) (+)= A B` by the wide kernel, up to [`WIDE_PANELS`] panels a call: A packed
 /// (`a_step` values a depth step), B `kc` steps of NR-column panels in row order (panel q at
 /// `b + q bstride`), C from `c` with rows `ldc` apart.
@@ -147,15 +145,17 @@ pub unsafe fn attend_block<T: HasKernels + Transcendental>(
 ) {
     // The element-wise loops (zeroing, rescaling, packing) run compiled for the family.
     let kernels = T::gemm_kernels(kernel);
+    let transpose = T::transposer(kernel);
     kernel.vectorized(
         #[inline(always)]
-        || attend(&kernels, kv, blk, causal, scratch),
+        || attend(&kernels, transpose, kv, blk, causal, scratch),
     )
 }
 
 #[inline(always)]
 unsafe fn attend<T: HasKernels + Transcendental>(
     kernels: &GemmKernels<T>,
+    transpose: Option<TransposeFn<T>>,
     kv: &HeadKv<T>,
     blk: &QueryBlock<T>,
     causal: bool,
@@ -189,6 +189,9 @@ unsafe fn attend<T: HasKernels + Transcendental>(
     scratch.m.resize(nq, T::neg_infinity());
     scratch.l.clear();
     scratch.l.resize(nq, T::ZERO);
+    if last >= kv.whole() {
+        kv.tail_transposed(&mut scratch.kt_tail, transpose);
+    }
     let scale = T::ONE / T::from_f64(dh as f64).sqrt();
     for kb in 0..=last / KB {
         let k0 = kb * KB;
@@ -221,11 +224,32 @@ unsafe fn scores<T: HasKernels + Transcendental>(
     scratch: &mut Scratch<T>,
 ) {
     let (mr, nr, dh, nq) = (kernels.mr, T::NR, kv.dh, blk.nq);
+    // Keys from `whole` on lie in the cache's last, partly filled panel, which holds them as
+    // rows: the item transposed them into `scratch.kt_tail` (see `attend`).
+    let whole = kv.whole();
+    let panel = |pos: usize| {
+        if pos < whole {
+            kv.kt_panel(pos)
+        } else {
+            scratch.kt_tail.as_ptr()
+        }
+    };
     if let Some(wide) = wide_for(kernels, blk, vis) {
-        // The key block's K^T panels lie one after the other, `dh * nr` values apart.
-        let (q, to) = (scratch.qpack.as_ptr(), (scratch.s.as_mut_ptr(), KB));
-        let panels = (kv.kt_panel(k0), dh * nr);
-        wide_across(wide, nq, nkeys, dh, q, mr, panels, to, false);
+        // The key block's whole K^T panels lie one after the other, `dh * nr` values apart;
+        // the keys in the last panel, if the block reaches it, take a call of their own (each
+        // score is its own chain, whichever call computes it).
+        let q = scratch.qpack.as_ptr();
+        let s = scratch.s.as_mut_ptr();
+        let inside = nkeys.min(whole.saturating_sub(k0));
+        if inside > 0 {
+            let panels = (kv.kt_panel(k0), dh * nr);
+            wide_across(wide, nq, inside, dh, q, mr, panels, (s, KB), false);
+        }
+        if inside < nkeys {
+            let tail = (scratch.kt_tail.as_ptr(), dh * nr);
+            let to = (s.add(inside), KB);
+            wide_across(wide, nq, nkeys - inside, dh, q, mr, tail, to, false);
+        }
         return;
     }
     let mut j = 0;
@@ -241,7 +265,7 @@ unsafe fn scores<T: HasKernels + Transcendental>(
                     kc: dh,
                     a: scratch.qpack.as_ptr().add(i * dh),
                     b: BPanel {
-                        ptr: kv.kt_panel(k0 + j),
+                        ptr: panel(k0 + j),
                         ldb: nr,
                         hoff: nr / 2,
                     },
@@ -402,6 +426,8 @@ unsafe fn add_pv<T: HasKernels + Transcendental>(
 /// Reusable buffers of [`attend_block`].
 pub struct Scratch<T> {
     qpack: Vec<T>,
+    /// The keys of the cache's last, partly filled panel, transposed.
+    kt_tail: Vec<T>,
     ppack: Vec<T>,
     s: Vec<T>,
     m: Vec<T>,
@@ -414,6 +440,7 @@ impl<T> Default for Scratch<T> {
     fn default() -> Self {
         Scratch {
             qpack: Vec::new(),
+            kt_tail: Vec::new(),
             ppack: Vec::new(),
             s: Vec::new(),
             m: Vec::new(),

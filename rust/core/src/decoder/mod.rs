@@ -198,7 +198,7 @@ impl<'s, 'a, T: Float> Joined<'s, 'a, T> {
         let nkv = self.cache.n_heads;
         for layer in &mut self.cache.layers {
             for (s, heads) in layer.chunks_mut(nkv).enumerate() {
-                heads.iter_mut().for_each(|h| h.len = h.len.min(parts[s].1));
+                heads.iter_mut().for_each(|h| h.truncate(parts[s].1));
             }
         }
     }

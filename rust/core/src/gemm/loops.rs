@@ -42,7 +42,7 @@ use super::tuning::{self, ROW_QUANTUM};
 use super::view::MatRef;
 use crate::formats::StorageFormat;
 use crate::kernels::{
-    BPanel, CTile, GemmKernels, PrefetchRun, TileArgs, TileAux, WideArgs, WIDE_ROWS,
+    BPanel, CTile, GemmKernels, PrefetchRun, TileArgs, TileAux, WideArgs, WIDE_PANELS, WIDE_ROWS,
 };
 use crate::threads;
 use crate::Element;
@@ -455,10 +455,10 @@ fn macro_kernel<T: Element, W: StorageFormat>(blk: &DepthBlock<'_, T, W>) {
     let (i0, i1) = blk.rows;
     let mut jp = blk.panels.0;
     if let (Some(wide), true) = (kernels.wide, i1 - i0 <= WIDE_ROWS) {
-        // Few rows: up to four panels at a time through the wide kernel.
+        // Few rows: up to WIDE_PANELS panels at a time through the wide kernel.
         let nr = W::PANEL_NR;
         while jp < blk.panels.1 {
-            let panels = (blk.panels.1 - jp).min(4);
+            let panels = (blk.panels.1 - jp).min(WIDE_PANELS);
             let Some(bstride) = b.wide_stride(blk.p, jp, panels) else {
                 break;
             };

@@ -63,7 +63,7 @@ impl<W> TileAux<W> {
 /// exactly to `T` as it loads it (the contract then holds for the widened values).
 pub type TileFn<T, W = T> = unsafe fn(&TileArgs<T, W>, &TileAux<W>);
 
-/// One call of a wide kernel: up to [`WIDE_ROWS`] rows against `panels` (1 to 4) consecutive
+/// One call of a wide kernel: up to [`WIDE_ROWS`] rows against `panels` (1 to [`WIDE_PANELS`]) consecutive
 /// B panels (`bstride` units apart, each laid out as `b` says), the last with `cols_last`
 /// live columns; C is `rows x ((panels - 1) NR + cols_last)`. Row `i`'s value of A at depth
 /// step `k` is `a[k * a_step + i]`: a packed A panel (`a_step` = MR), or, for a family whose
@@ -130,8 +130,17 @@ pub type StreamFn<T, W = T> = unsafe fn(&StreamArgs<T, W>);
 /// copies the remaining steps. A plain copy: values are moved bit for bit.
 pub type PackPanelFn<T> = unsafe fn(*const T, isize, usize, *mut T) -> usize;
 
+/// `(src, rs, groups, kc, dst, ldd) -> steps`: moves depth steps `0 .. steps` (a prefix of
+/// `0 .. kc` the family chooses) of rows `0 .. 4 * groups` (`src + i * rs + k`) to
+/// `dst[k * ldd + i]`; the caller moves the remaining steps. A plain copy: values are moved
+/// bit for bit.
+pub type TransposeFn<T> = unsafe fn(*const T, isize, usize, usize, *mut T, usize) -> usize;
+
 /// Rows up to which the wide kernel is used.
 pub const WIDE_ROWS: usize = 3;
+
+/// Panels at most one wide call takes.
+pub const WIDE_PANELS: usize = 4;
 
 /// Rows up to which the stream kernel can be used.
 pub const STREAM_ROWS: usize = 8;

@@ -5,7 +5,7 @@
 //! (if the CPU has it).
 //! What each family needs of the CPU is the family's own business (`Family::supported`).
 
-use super::contract::GemmKernels;
+use super::contract::{GemmKernels, TransposeFn};
 use super::family::Family;
 use super::portable;
 use super::probe::Probe;
@@ -188,6 +188,8 @@ impl Kernel {
 /// Per-type table of the kernels.
 pub trait HasKernels: Element {
     fn gemm_kernels(k: Kernel) -> GemmKernels<Self>;
+    /// The family's way of moving rows into columns, if it has one of its own.
+    fn transposer(k: Kernel) -> Option<TransposeFn<Self>>;
     /// The portable kernels against B stored as `W`: what every family runs for a format it
     /// has no kernels of its own for (and, for a format not yet registered, the kernels to
     /// give it).
@@ -198,6 +200,9 @@ impl HasKernels for f32 {
     fn gemm_kernels(k: Kernel) -> GemmKernels<f32> {
         with_family!(k, F => F::gemm_f32())
     }
+    fn transposer(k: Kernel) -> Option<TransposeFn<f32>> {
+        with_family!(k, F => F::transpose_f32())
+    }
     fn portable_kernels<W: WidensTo<f32>>() -> GemmKernels<f32, W> {
         portable::stored_kernels()
     }
@@ -206,6 +211,9 @@ impl HasKernels for f32 {
 impl HasKernels for f64 {
     fn gemm_kernels(k: Kernel) -> GemmKernels<f64> {
         with_family!(k, F => F::gemm_f64())
+    }
+    fn transposer(k: Kernel) -> Option<TransposeFn<f64>> {
+        with_family!(k, F => F::transpose_f64())
     }
     fn portable_kernels<W: WidensTo<f64>>() -> GemmKernels<f64, W> {
         portable::stored_kernels()

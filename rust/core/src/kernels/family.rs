@@ -1,7 +1,7 @@
 //! What a kernel family implements: one unit struct per folder (`avx512/`, `avx2/`, `neon/`,
 //! `portable/`) implements [`Family`].
 
-use super::contract::GemmKernels;
+use super::contract::{GemmKernels, TransposeFn};
 use super::probe::Probe;
 
 /// The methods of [`Family`] for the stored formats (see [`crate::formats`]).
@@ -27,6 +27,15 @@ pub(super) trait Family {
     const HALF_PANELS: bool = false;
     fn gemm_f32() -> GemmKernels<f32>;
     fn gemm_f64() -> GemmKernels<f64>;
+    /// Moving rows into columns ([`TransposeFn`]): attention turns the keys of the cache's
+    /// last, partly filled K^T panel, held as rows, into a panel. `None`: one value at a time.
+    fn transpose_f32() -> Option<TransposeFn<f32>> {
+        None
+    }
+    /// See [`Family::transpose_f32`].
+    fn transpose_f64() -> Option<TransposeFn<f64>> {
+        None
+    }
     // float32 A and C against B in each stored format (packed panels only: no stream
     // kernel), one method per format, named in its registration: a family without kernels of
     // its own for a format gets the portable ones (same bits, slower).

@@ -64,7 +64,7 @@ pub mod probe;
 pub use crate::formats::{b_at, half_offset};
 pub use contract::{
     BPanel, CTile, GemmKernels, PackPanelFn, PrefetchRun, StreamArgs, StreamFn, TileArgs, TileAux,
-    TileFn, WideArgs, WideFn, STREAM_ROWS, WIDE_ROWS,
+    TileFn, TransposeFn, WideArgs, WideFn, STREAM_ROWS, WIDE_PANELS, WIDE_ROWS,
 };
 pub use dispatch::{
     available, current, detect, require, set_kernel, HasKernels, Kernel, KernelsFor,

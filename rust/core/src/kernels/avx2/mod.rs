@@ -1,7 +1,7 @@
 //! The AVX2+FMA family: 6 x 16 (f32) and 6 x 8 (f64) tiles (two half-panels of 12
-//! accumulators), wide and stream kernels, the 6- and 12-row A packers, the float32 tile and
-//! wide kernels against 16-bit B (`widen16.rs`) and block formats (`blocks.rs`), and AVX2
-//! code generation for the generic element-wise code.
+//! accumulators), wide and stream kernels, the 6- and 12-row A packers and row transposes, the
+//! float32 tile and wide kernels against 16-bit B (`widen16.rs`) and block formats
+//! (`blocks.rs`), and AVX2 code generation for the generic element-wise code.
 
 mod blocks;
 mod gemm;
@@ -10,7 +10,7 @@ mod peak;
 mod wide_groups;
 mod widen16;
 
-use super::contract::GemmKernels;
+use super::contract::{GemmKernels, TransposeFn};
 use super::family::Family;
 use crate::formats::{Bf16, F16, Q4_0, Q8_0};
 
@@ -51,6 +51,14 @@ impl Family for Avx2 {
             pack_a_panel: Some(pack::pack_rows_f64::<6>),
             fetch_next_a: true,
         }
+    }
+
+    fn transpose_f32() -> Option<TransposeFn<f32>> {
+        Some(pack::transpose_f32)
+    }
+
+    fn transpose_f64() -> Option<TransposeFn<f64>> {
+        Some(pack::transpose_f64)
     }
 
     /// 16-bit B needs F16C as well (every AVX2 CPU known has it); without it, the

@@ -9,7 +9,7 @@ mod peak;
 mod wide_masks;
 mod widen16;
 
-use super::contract::GemmKernels;
+use super::contract::{GemmKernels, TransposeFn};
 use super::family::Family;
 use crate::formats::{Bf16, F16, Q4_0, Q8_0};
 
@@ -46,6 +46,14 @@ impl Family for Avx512 {
             pack_a_panel: Some(super::avx2::pack::pack_rows_f64::<12>),
             fetch_next_a: false,
         }
+    }
+
+    fn transpose_f32() -> Option<TransposeFn<f32>> {
+        Some(super::avx2::pack::transpose_f32)
+    }
+
+    fn transpose_f64() -> Option<TransposeFn<f64>> {
+        Some(super::avx2::pack::transpose_f64)
     }
 
     fn bf16() -> GemmKernels<f32, Bf16> {

@@ -67,26 +67,92 @@ pub(super) unsafe fn pack12_f32(src: *const f32, rs: isize, kc: usize, dst: *mut
     let mut kk = 0;
     while kk + 4 <= kc {
         for g in 0..3 {
-            let row = |i: isize| vld1q_f32(src.offset((4 * g as isize + i) * rs + kk as isize));
-            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
-            // t0 = r0k0 r1k0 r0k2 r1k2, t1 = r0k1 r1k1 r0k3 r1k3 (t2, t3 likewise for r2, r3).
-            let t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
-            let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
-            let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
-            let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
-            let cols = [
-                vtrn1q_f64(t0, t2),
-                vtrn1q_f64(t1, t3),
-                vtrn2q_f64(t0, t2),
-                vtrn2q_f64(t1, t3),
-            ];
-            for (j, v) in cols.into_iter().enumerate() {
-                vst1q_f32(dst.add((kk + j) * 12 + 4 * g), vreinterpretq_f32_f64(v));
-            }
+            four_rows_f32(src.offset(4 * g as isize * rs), rs, kk, dst.add(4 * g), 12);
         }
         kk += 4;
     }
     kk
+}
+
+/// Depth steps `kk .. kk + 4` of four rows (`src + i * rs + k`) to `dst[k * ldd + i]`: a 4 x 4
+/// transpose in registers.
+///
+/// # Safety
+/// The rows hold those steps, `dst` the places.
+#[inline(always)]
+unsafe fn four_rows_f32(src: *const f32, rs: isize, kk: usize, dst: *mut f32, ldd: usize) {
+    let row = |i: isize| vld1q_f32(src.offset(i * rs + kk as isize));
+    let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+    // t0 = r0k0 r1k0 r0k2 r1k2, t1 = r0k1 r1k1 r0k3 r1k3 (t2, t3 likewise for r2, r3).
+    let t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
+    let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
+    let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
+    let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+    let cols = [
+        vtrn1q_f64(t0, t2),
+        vtrn1q_f64(t1, t3),
+        vtrn2q_f64(t0, t2),
+        vtrn2q_f64(t1, t3),
+    ];
+    for (j, v) in cols.into_iter().enumerate() {
+        vst1q_f32(dst.add((kk + j) * ldd), vreinterpretq_f32_f64(v));
+    }
+}
+
+/// Depth steps `kk`, `kk + 1` of two rows to `dst[k * ldd + i]`: a 2 x 2 transpose.
+///
+/// # Safety
+/// As for [`four_rows_f32`].
+#[inline(always)]
+unsafe fn two_rows_f64(src: *const f64, rs: isize, kk: usize, dst: *mut f64, ldd: usize) {
+    let r0 = vld1q_f64(src.offset(kk as isize));
+    let r1 = vld1q_f64(src.offset(rs + kk as isize));
+    vst1q_f64(dst.add(kk * ldd), vtrn1q_f64(r0, r1));
+    vst1q_f64(dst.add((kk + 1) * ldd), vtrn2q_f64(r0, r1));
+}
+
+/// # Safety
+/// See [`crate::kernels::TransposeFn`].
+pub(super) unsafe fn transpose_f32(
+    src: *const f32,
+    rs: isize,
+    groups: usize,
+    kc: usize,
+    dst: *mut f32,
+    ldd: usize,
+) -> usize {
+    let steps = kc / 4 * 4;
+    for g in 0..groups {
+        for kk in (0..steps).step_by(4) {
+            four_rows_f32(src.offset(4 * g as isize * rs), rs, kk, dst.add(4 * g), ldd);
+        }
+    }
+    steps
+}
+
+/// # Safety
+/// See [`crate::kernels::TransposeFn`].
+pub(super) unsafe fn transpose_f64(
+    src: *const f64,
+    rs: isize,
+    groups: usize,
+    kc: usize,
+    dst: *mut f64,
+    ldd: usize,
+) -> usize {
+    let steps = kc / 2 * 2;
+    for pair in 0..2 * groups {
+        for kk in (0..steps).step_by(2) {
+            two_rows_f64(
+                src.offset(2 * pair as isize * rs),
+                rs,
+                kk,
+                dst.add(2 * pair),
+                ldd,
+            );
+        }
+    }
+    steps
 }
 
 /// [`pack12_f32`] for f64: 2 x 2 transposes, two depth steps at a time.
@@ -97,10 +163,7 @@ pub(super) unsafe fn pack12_f64(src: *const f64, rs: isize, kc: usize, dst: *mut
     let mut kk = 0;
     while kk + 2 <= kc {
         for g in 0..6 {
-            let r0 = vld1q_f64(src.offset((2 * g as isize) * rs + kk as isize));
-            let r1 = vld1q_f64(src.offset((2 * g as isize + 1) * rs + kk as isize));
-            vst1q_f64(dst.add(kk * 12 + 2 * g), vtrn1q_f64(r0, r1));
-            vst1q_f64(dst.add((kk + 1) * 12 + 2 * g), vtrn2q_f64(r0, r1));
+            two_rows_f64(src.offset(2 * g as isize * rs), rs, kk, dst.add(2 * g), 12);
         }
         kk += 2;
     }

@@ -1,14 +1,14 @@
 //! The NEON family (aarch64): 12 x 8 (f32) and 6 x 8 (f64) register blocks run over the
-//! panels, wide and stream kernels, the 12-row A packer, the float32 tile and wide kernels
-//! against bfloat16 and float16 B, and the float32 tile and wide kernels against block
-//! formats (`blocks.rs`). Generic element-wise code needs no separate context: NEON
+//! panels, wide and stream kernels, the 12-row A packer and row transposes, the float32 tile
+//! and wide kernels against bfloat16 and float16 B, and the float32 tile and wide kernels
+//! against block formats (`blocks.rs`). Generic element-wise code needs no separate context: NEON
 //! is part of aarch64's baseline, so plain code is already vectorised.
 
 mod blocks;
 mod gemm;
 mod peak;
 
-use super::contract::GemmKernels;
+use super::contract::{GemmKernels, TransposeFn};
 use super::family::Family;
 use crate::formats::{Bf16, F16, Q4_0, Q8_0};
 
@@ -45,6 +45,14 @@ impl Family for Neon {
             pack_a_panel: Some(gemm::pack12_f64),
             fetch_next_a: false,
         }
+    }
+
+    fn transpose_f32() -> Option<TransposeFn<f32>> {
+        Some(gemm::transpose_f32)
+    }
+
+    fn transpose_f64() -> Option<TransposeFn<f64>> {
+        Some(gemm::transpose_f64)
     }
 
     fn bf16() -> GemmKernels<f32, Bf16> {
