@@ -56,6 +56,8 @@ mod neon;
 #[cfg(target_arch = "x86_64")]
 mod pacer;
 mod portable;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod transpose;
 
 pub mod bandwidth;
 pub mod peak;

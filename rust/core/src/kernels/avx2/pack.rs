@@ -7,6 +7,7 @@
 //! transposes move any number of four-row groups into columns with any distance between steps
 //! (`transpose_f32`, `transpose_f64`): attention's keys of a partly filled K^T panel.
 
+use crate::kernels::transpose::four_row_groups;
 use std::arch::x86_64::*;
 
 /// Rows `r0 .. r1`, depth steps `from .. kc`, one value at a time (the rows after the last
@@ -92,13 +93,9 @@ pub(crate) unsafe fn transpose_f32(
     dst: *mut f32,
     ldd: usize,
 ) -> usize {
-    let steps = kc / 8 * 8;
-    for g in 0..groups {
-        for kk in (0..steps).step_by(8) {
-            four_rows_f32(src.offset(4 * g as isize * rs), rs, kk, dst.add(4 * g), ldd);
-        }
-    }
-    steps
+    four_row_groups((src, rs), groups, kc, dst, 8, |s, kk, d| {
+        four_rows_f32(s, rs, kk, d, ldd)
+    })
 }
 
 /// # Safety
@@ -112,13 +109,9 @@ pub(crate) unsafe fn transpose_f64(
     dst: *mut f64,
     ldd: usize,
 ) -> usize {
-    let steps = kc / 4 * 4;
-    for g in 0..groups {
-        for kk in (0..steps).step_by(4) {
-            four_rows_f64(src.offset(4 * g as isize * rs), rs, kk, dst.add(4 * g), ldd);
-        }
-    }
-    steps
+    four_row_groups((src, rs), groups, kc, dst, 4, |s, kk, d| {
+        four_rows_f64(s, rs, kk, d, ldd)
+    })
 }
 
 /// # Safety

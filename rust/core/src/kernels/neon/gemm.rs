@@ -23,6 +23,7 @@
 
 use crate::formats::{Bf16, F16};
 use crate::kernels::contract::{by_rows, BPanel, CTile, StreamArgs, TileArgs, TileAux, WideArgs};
+use crate::kernels::transpose::four_row_groups;
 use std::arch::aarch64::*;
 
 pub const MR_F32: usize = 12;
@@ -121,13 +122,9 @@ pub(super) unsafe fn transpose_f32(
     dst: *mut f32,
     ldd: usize,
 ) -> usize {
-    let steps = kc / 4 * 4;
-    for g in 0..groups {
-        for kk in (0..steps).step_by(4) {
-            four_rows_f32(src.offset(4 * g as isize * rs), rs, kk, dst.add(4 * g), ldd);
-        }
-    }
-    steps
+    four_row_groups((src, rs), groups, kc, dst, 4, |s, kk, d| {
+        four_rows_f32(s, rs, kk, d, ldd)
+    })
 }
 
 /// # Safety
@@ -140,19 +137,10 @@ pub(super) unsafe fn transpose_f64(
     dst: *mut f64,
     ldd: usize,
 ) -> usize {
-    let steps = kc / 2 * 2;
-    for pair in 0..2 * groups {
-        for kk in (0..steps).step_by(2) {
-            two_rows_f64(
-                src.offset(2 * pair as isize * rs),
-                rs,
-                kk,
-                dst.add(2 * pair),
-                ldd,
-            );
-        }
-    }
-    steps
+    four_row_groups((src, rs), groups, kc, dst, 2, |s, kk, d| {
+        two_rows_f64(s, rs, kk, d, ldd);
+        two_rows_f64(s.offset(2 * rs), rs, kk, d.add(2), ldd);
+    })
 }
 
 /// [`pack12_f32`] for f64: 2 x 2 transposes, two depth steps at a time.
