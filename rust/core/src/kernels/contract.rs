@@ -63,12 +63,13 @@ impl<W> TileAux<W> {
 /// exactly to `T` as it loads it (the contract then holds for the widened values).
 pub type TileFn<T, W = T> = unsafe fn(&TileArgs<T, W>, &TileAux<W>);
 
-/// One call of a wide kernel: up to [`WIDE_ROWS`] rows against `panels` (1 to [`WIDE_PANELS`]) consecutive
-/// B panels (`bstride` units apart, each laid out as `b` says), the last with `cols_last`
-/// live columns; C is `rows x ((panels - 1) NR + cols_last)`. Row `i`'s value of A at depth
-/// step `k` is `a[k * a_step + i]`: a packed A panel (`a_step` = MR), or, for a family whose
-/// wide kernel reads no other value of A ([`GemmKernels::wide_compact_a`]), a compact copy
-/// (`a_step` = rows) or the one row itself (`a_step` = 1).
+/// One call of a wide kernel: up to [`WIDE_ROWS`] rows against `panels` (1 to
+/// [`WIDE_PANELS`]) consecutive B panels (`bstride` units apart, each laid out as `b` says),
+/// the last with `cols_last` live columns; C is `rows x ((panels - 1) NR + cols_last)`. Row
+/// `i`'s value of A at depth step `k` is `a[k * a_step + i]`: a packed A panel (`a_step` =
+/// MR), or, for a family whose wide kernel reads no other value of A
+/// ([`GemmKernels::wide_compact_a`]), a compact copy (`a_step` = rows) or the one row itself
+/// (`a_step` = 1).
 #[derive(Clone, Copy, Debug)]
 pub struct WideArgs<T, W> {
     pub rows: usize,
