@@ -16,6 +16,12 @@
  *   rows8     the AVX2 tile kernel's eight rows: the buffer in chunks of two halves of 96
  *             lines; a 6-row strip through each half (12 FMAs a line, prefetching), then a
  *             2-row strip through both halves side by side (32 columns, 8 accumulators) from L1
+ *   rows8p    rows8 with its memory prefetches spread evenly over the arithmetic: a cursor
+ *             96 lines ahead fetches one line every 16 FMAs (3 steps of 4 in the 6-row
+ *             strips, 1 of 2 in the 2-row strip), instead of each 6-row strip fetching 48
+ *             lines ahead of itself and the 2-row strip none
+ *   rows8r    the same cursor, half a chunk's lines to the two 6-row strips and half to the
+ *             2-row strip (an equal share a tile, so three times the pace in the 2-row strip)
  *   rows8x4   eight rows as two 4-row strips through each half (the second from L1)
  *   rows8x1   eight rows, one 8-column vector at a time (8 FMAs, 8 broadcasts a step), two
  *             strips through each half (the second from L1)
@@ -164,6 +170,48 @@ __attribute__((target("avx2,fma"))) static float strip2x32(const float *b, size_
     return first(SUM12);
 }
 
+/* Paced: the strips below fetch the line at `*pf` on the steps whose number modulo 4 is below
+ * `share` (0 to 4), and advance it. */
+__attribute__((target("avx2,fma"))) static float strip6p(const float *b, const float *a, int n,
+                                                         const float **pf, int share) {
+    ACC12;
+    const float *p = *pf;
+#pragma GCC unroll 4
+    for (int k = 0; k < n; k++) {
+        if ((k & 3) < share) {
+            _mm_prefetch((const char *)p, _MM_HINT_T0);
+            p += 16;
+        }
+        STEP_ROWS(6, a, b);
+        a += 8;
+        b += 16;
+    }
+    *pf = p;
+    return first(SUM12);
+}
+
+__attribute__((target("avx2,fma"))) static float strip2x32p(const float *b, size_t h,
+                                                            const float *a, int n,
+                                                            const float **pf, int share) {
+    ACC12;
+    const float *p = *pf;
+#pragma GCC unroll 4
+    for (int k = 0; k < n; k++) {
+        if ((k & 3) < share) {
+            _mm_prefetch((const char *)p, _MM_HINT_T0);
+            p += 16;
+        }
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        __m256 b2 = _mm256_loadu_ps(b + h), b3 = _mm256_loadu_ps(b + h + 8), x;
+        x = _mm256_broadcast_ss(a + 0); FMA(c0, x, b0); FMA(c1, x, b1); FMA(c2, x, b2); FMA(c3, x, b3);
+        x = _mm256_broadcast_ss(a + 1); FMA(c4, x, b0); FMA(c5, x, b1); FMA(c6, x, b2); FMA(c7, x, b3);
+        a += 8;
+        b += 16;
+    }
+    *pf = p;
+    return first(SUM12);
+}
+
 /* 8 rows x one 8-column vector (at b, lines 16 floats apart), n steps. */
 __attribute__((target("avx2,fma"))) static float strip8x1(const float *b, const float *a, int n,
                                                           int prefetch) {
@@ -217,11 +265,11 @@ __attribute__((target("avx2,fma"))) static float read_all(const float *buf) {
     return first(_mm256_add_ps(s0, s1));
 }
 
-enum { READ, ROWS4, ROWS6, ROWS6AC, ROWS8, ROWS8X4, ROWS8X1, ROWS8Z, NLOOPS };
-static const char *NAMES[NLOOPS] = {"read",  "rows4",   "rows6",   "rows6ac",
-                                    "rows8", "rows8x4", "rows8x1", "rows8z"};
+enum { READ, ROWS4, ROWS6, ROWS6AC, ROWS8, ROWS8P, ROWS8R, ROWS8X4, ROWS8X1, ROWS8Z, NLOOPS };
+static const char *NAMES[NLOOPS] = {"read",   "rows4",   "rows6",   "rows6ac", "rows8",
+                                    "rows8p", "rows8r",  "rows8x4", "rows8x1", "rows8z"};
 /* Rows of arithmetic per line, for the FLOP rate. */
-static const int ROWS[NLOOPS] = {0, 4, 6, 6, 8, 8, 8, 8};
+static const int ROWS[NLOOPS] = {0, 4, 6, 6, 8, 8, 8, 8, 8, 8};
 
 static void *run(void *p) {
     Work *w = p;
@@ -261,6 +309,22 @@ static void *run(void *p) {
             s += strip2x32(b, h, A + 6, 8, HALF);
         }
         break;
+    case ROWS8P:
+    case ROWS8R: {
+        /* A chunk's 192 lines: 144 by the 6-row strips and 48 by the 2-row one (P), or 96
+         * and 96 (R); the cursor starts 96 lines ahead (one chunk's half). */
+        int s6 = w->loop == ROWS8P ? 3 : 2, s2 = w->loop == ROWS8P ? 2 : 4;
+        const float *pf = buf + (in_l1 ? 0 : HALF * 16);
+        for (size_t l = 0; l < LINES; l += 2 * HALF) {
+            const float *b = chunk_at(buf, l);
+            if (in_l1)
+                pf = buf;
+            s += strip6p(b, A, HALF, &pf, s6);
+            s += strip6p(b + h, A, HALF, &pf, s6);
+            s += strip2x32p(b, h, A + 6, HALF, &pf, s2);
+        }
+        break;
+    }
     case ROWS8X4:
         for (size_t l = 0; l < LINES; l += 2 * HALF) {
             const float *b = chunk_at(buf, l);

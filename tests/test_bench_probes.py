@@ -54,7 +54,7 @@ def test_the_stream_overlap_probe_prints_every_loop(tmp_path):
     p = subprocess.run([str(exe), "1", "1", "l1"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     rows = dict(re.findall(r"^\| (\w+) \| ([0-9.]+) \|", p.stdout, re.M))
-    expected = {"read", "rows4", "rows6", "rows6ac", "rows8", "rows8x4", "rows8x1"}
+    expected = {"read", "rows4", "rows6", "rows6ac", "rows8", "rows8p", "rows8r", "rows8x4", "rows8x1"}
     assert expected <= rows.keys(), p.stdout
     assert all(float(v) > 0 for v in rows.values()), p.stdout
 
