@@ -172,16 +172,21 @@ __attribute__((target("avx2,fma"))) static float strip2x32(const float *b, size_
 
 /* Paced: the strips below fetch the line at `*pf` on the steps whose number modulo 4 is below
  * `share` (0 to 4), and advance it. */
+#define PACED_FETCH(k, share, p)                                                                  \
+    do {                                                                                          \
+        if (((k) & 3) < (share)) {                                                                \
+            _mm_prefetch((const char *)(p), _MM_HINT_T0);                                         \
+            (p) += 16;                                                                            \
+        }                                                                                         \
+    } while (0)
+
 __attribute__((target("avx2,fma"))) static float strip6p(const float *b, const float *a, int n,
                                                          const float **pf, int share) {
     ACC12;
     const float *p = *pf;
 #pragma GCC unroll 4
     for (int k = 0; k < n; k++) {
-        if ((k & 3) < share) {
-            _mm_prefetch((const char *)p, _MM_HINT_T0);
-            p += 16;
-        }
+        PACED_FETCH(k, share, p);
         STEP_ROWS(6, a, b);
         a += 8;
         b += 16;
@@ -197,10 +202,7 @@ __attribute__((target("avx2,fma"))) static float strip2x32p(const float *b, size
     const float *p = *pf;
 #pragma GCC unroll 4
     for (int k = 0; k < n; k++) {
-        if ((k & 3) < share) {
-            _mm_prefetch((const char *)p, _MM_HINT_T0);
-            p += 16;
-        }
+        PACED_FETCH(k, share, p);
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
         __m256 b2 = _mm256_loadu_ps(b + h), b3 = _mm256_loadu_ps(b + h + 8), x;
         x = _mm256_broadcast_ss(a + 0); FMA(c0, x, b0); FMA(c1, x, b1); FMA(c2, x, b2); FMA(c3, x, b3);
