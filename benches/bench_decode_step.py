@@ -108,17 +108,23 @@ def torch_step_times(hf, torch, prompts, tok, steps):
     return times, first
 
 
-def in_cache_rate(B: int, d: int, threads: int, seconds: float = 0.2) -> float:
-    """FLOP/s of B rows against a packed d x 4d float32 matrix that stays in cache."""
+def in_cache_operands(B: int, d: int):
+    """B rows and a packed d x 4d float32 matrix: 16 d^2 bytes, in the last-level cache for
+    the models timed here."""
     rng = np.random.default_rng(1)
     a = rng.standard_normal((B, d)).astype(np.float32)
-    b = _native.PackedMatrix(rng.standard_normal((d, 4 * d)).astype(np.float32))
+    return a, _native.PackedMatrix(rng.standard_normal((d, 4 * d)).astype(np.float32))
+
+
+def in_cache_rate(a, b, seconds: float = 0.2) -> float:
+    """FLOP/s of ``a @ b`` repeated for about ``seconds`` (after one untimed call)."""
     _native.matmul(a, b)
     calls, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         _native.matmul(a, b)
         calls += 1
-    return 2.0 * B * d * 4 * d * calls / (time.perf_counter() - t0)
+    (B, d), n = a.shape, b.shape[1]
+    return 2.0 * B * d * n * calls / (time.perf_counter() - t0)
 
 
 def quartiles(x):
@@ -172,6 +178,7 @@ def main():
     prompts = {P: rng.integers(0, config.vocab_size, (B, P)) for P in positions}
     tok = rng.integers(0, config.vocab_size, (B, 1))
     peak = peak_flops("float32", args.threads)
+    operands = in_cache_operands(B, config.d_model)
 
     probe, cached = [], []
     rows = {P: {"gptcore": [], "transformers": [], "floor": [], "mem": [], "math": []} for P in positions}
@@ -179,7 +186,7 @@ def main():
     for r in range(args.rounds):
         bw = _native.read_rate(PROBE_BYTES, None, 0.3)
         probe.append(bw)
-        cached.append(in_cache_rate(B, config.d_model, args.threads))
+        cached.append(in_cache_rate(*operands))
         for P in (positions if r % 2 == 0 else positions[::-1]):
             times, first = gptcore_step_times(model, prompts[P], tok, args.steps)
             rows[P]["gptcore"].append(float(np.median(times)))
