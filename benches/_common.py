@@ -426,6 +426,20 @@ def torch_baseline(notes, what="torch"):
 # Decode steps
 
 
+def hf_cache_keyword(model) -> str:
+    """The keyword a transformers model's forward takes its K/V cache by: ``cache`` in recent
+    releases (5.25 warns that ``past_key_values`` is deprecated), ``past_key_values`` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def hf_returned_cache(out, keyword: str):
+    """The cache a transformers forward returned, under the keyword it takes it by (or the
+    older name)."""
+    return out[keyword] if keyword in out else out["past_key_values"]
+
+
 class GptcoreRunner:
     """A gptcore model as a decode runner: ``start(ids)`` runs a fresh prompt of one sequence
     into a new cache and returns its greedy next token, ``step(tok)`` one cached step."""

@@ -35,6 +35,8 @@ from _common import (
     closing_line,
     environment_report,
     fmt,
+    hf_cache_keyword,
+    hf_returned_cache,
     markdown_table,
     parse_int_list,
     peak_flops,
@@ -85,23 +87,17 @@ def gptcore_step_times(model, prompts, tok, steps):
 
 def torch_step_times(hf, torch, prompts, tok, steps):
     """The same for transformers: a prefill with ``use_cache``, then single-token forwards on
-    its cache (the keyword is ``cache`` from transformers 5.x, ``past_key_values`` before)."""
-    import inspect
-
-    keyword = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
+    its cache."""
+    keyword = hf_cache_keyword(hf)
     ids = torch.from_numpy(prompts)
     t = torch.from_numpy(tok)
     times, first = [], None
-
-    def kept(out):
-        return out[keyword] if keyword in out else out["past_key_values"]
-
     with torch.inference_mode():
-        past = kept(hf(input_ids=ids, use_cache=True))
+        past = hf_returned_cache(hf(input_ids=ids, use_cache=True), keyword)
         for _ in range(steps):
             t0 = time.perf_counter()
             out = hf(input_ids=t, use_cache=True, **{keyword: past})
-            past = kept(out)
+            past = hf_returned_cache(out, keyword)
             times.append(time.perf_counter() - t0)
             if first is None:
                 first = out.logits[:, -1, :].double().numpy()

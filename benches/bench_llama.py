@@ -8,7 +8,7 @@ Measured, alternating the implementations inside one process (medians of the rou
   ``forward(ids, logits="last")``; transformers: ``model(ids, logits_to_keep=1)``; llama.cpp:
   one ``eval`` of the 256 tokens);
 - decode B = 1: seconds per token of single-token steps after a 16-token prompt, cached
-  (gptcore ``step``; transformers with ``past_key_values``; llama.cpp ``eval`` of one token),
+  (gptcore ``step``; transformers with its K/V cache; llama.cpp ``eval`` of one token),
   and its share of the bandwidth bound ``read bandwidth / bytes of weights read per token``
   (every weight matrix and the head once; measured bandwidth, or ``--bandwidth``);
 - K/V cache bytes per token of gptcore's cache, beside GPT-2 small's.
@@ -50,6 +50,8 @@ from _common import (
     environment_report,
     fmt,
     gptcore,
+    hf_cache_keyword,
+    hf_returned_cache,
     markdown_table,
     np,
     parse_str_list,
@@ -131,6 +133,7 @@ class TorchRunner:
     def __init__(self, model, torch):
         self.model, self.torch = model, torch
         self.past = None
+        self.keyword = hf_cache_keyword(model)
 
     def prefill_logits(self, ids):
         t = self.torch.from_numpy(ids[None, :])
@@ -142,14 +145,14 @@ class TorchRunner:
         t = self.torch.from_numpy(ids[None, :])
         with self.torch.inference_mode():
             out = self.model(input_ids=t, use_cache=True, logits_to_keep=1)
-        self.past = out.past_key_values
+        self.past = hf_returned_cache(out, self.keyword)
         return int(out.logits[0, -1].argmax())
 
     def step(self, tok):
         t = self.torch.tensor([[tok]])
         with self.torch.inference_mode():
-            out = self.model(input_ids=t, past_key_values=self.past, use_cache=True)
-        self.past = out.past_key_values
+            out = self.model(input_ids=t, use_cache=True, **{self.keyword: self.past})
+        self.past = hf_returned_cache(out, self.keyword)
         return int(out.logits[0, -1].argmax())
 
 
