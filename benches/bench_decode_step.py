@@ -4,7 +4,8 @@ A decode step of B sequences reads every weight once and does 2 B FLOPs per weig
 floor is max(FLOPs / FMA peak, bytes read / read bandwidth), bytes read being the weights and
 the K/V cache. On a shared machine the read bandwidth moves from minute to minute (other
 tenants share the memory), so this script measures it in every round, right before the steps
-it prices, and quotes each round's step against its own floor:
+it prices, and quotes each round's step against its own floor (`--bandwidth` fixes it
+instead):
 
     pip install .
     python3 benches/bench_decode_step.py [--preset gpt2] [--batch 8] [--positions 16,128]
@@ -32,6 +33,7 @@ import gptcore
 import numpy as np
 from _common import (
     add_machine_args,
+    bandwidth,
     closing_line,
     environment_report,
     fmt,
@@ -180,8 +182,8 @@ def main():
     rows = {P: {"gptcore": [], "transformers": [], "floor": [], "mem": [], "math": []} for P in positions}
     agree = {}
     for r in range(args.rounds):
-        bw = _native.read_rate(PROBE_BYTES, None, 0.3)
-        probe.append(bw)
+        probe.append(_native.read_rate(PROBE_BYTES, None, 0.3))
+        bw = bandwidth(args.threads) if args.bandwidth else probe[-1]
         cached.append(in_cache_rate(*operands))
         for P in (positions if r % 2 == 0 else positions[::-1]):
             times, first = gptcore_step_times(model, prompts[P], tok, args.steps)
@@ -218,8 +220,9 @@ def main():
     cq = quartiles(np.array(cached) / peak)
     print(f"# Decode step, {args.preset} ({config.n_layers} layers, d {config.d_model}), B = {B}, "
           f"{args.weight_dtype} weights, {args.threads} threads, {args.rounds} rounds of {args.steps} steps\n")
-    probe_line = (f"- read probe per round: {pq[1]:.1f} GB/s (quartiles {pq[0]:.1f}-{pq[2]:.1f}); the round's "
-                  f"floor uses its own reading")
+    probe_line = (f"- read probe per round: {pq[1]:.1f} GB/s (quartiles {pq[0]:.1f}-{pq[2]:.1f}); "
+                  + ("the floors use the given --bandwidth" if args.bandwidth
+                     else "the round's floor uses its own reading"))
     cached_line = (f"- in-cache {B} x {config.d_model} x {4 * config.d_model} product per round: {100 * cq[1]:.0f} % "
                    f"of the FMA peak (quartiles {100 * cq[0]:.0f}-{100 * cq[2]:.0f}): the arithmetic of a step over "
                    f"{positions[0]} positions would take {1e3 * flops0 / (cq[1] * peak):.2f} ms at that rate (it "

@@ -65,20 +65,31 @@ def test_grouped_query_accounting_counts_by_hand(modules):
     assert nbytes == pytest.approx(want, rel=1e-12)
 
 
-def test_a_short_run_prints_each_cache_length(tmp_path):
+def test_a_short_run_prints_each_cache_length(modules, tmp_path):
+    # With the bandwidth and the peak given, each row's floor and its two legs follow from the
+    # accounting alone (the read probe still runs and is reported).
+    bench = modules["bench_decode_step"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     p = subprocess.run(
         [sys.executable, str(BENCHES / "bench_decode_step.py"), "--preset", "lm4-skeleton", "--batch", "3",
-         "--positions", "4,9", "--rounds", "2", "--steps", "2", "--threads", "1", "--baselines", "none"],
+         "--positions", "4,9", "--rounds", "2", "--steps", "2", "--threads", "1", "--baselines", "none",
+         "--bandwidth", "0.01", "--peak-gflops", "0.05"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     rows = [line for line in p.stdout.splitlines() if line.startswith("|") and "%" in line and "positions" not in line]
     assert [int(r.split("|")[1]) for r in rows] == [4, 9], p.stdout
-    for r in rows:
+    config = gptcore.GPTConfig.preset("lm4-skeleton")
+    weights = gptcore.init_weights(config, 0, "gpt2", dtype="float32")
+    for r, P in zip(rows, [4, 9]):
         cells = [c.strip() for c in r.strip("|").split("|")]
         step, floor = float(cells[1]), float(cells[2])
-        assert step > 0 and floor > 0 and np.isfinite(step)
-    assert "read probe per round" in p.stdout
+        mem, math = (float(x) for x in cells[3].split("/"))
+        flops, nbytes = bench.step_accounting(config, weights, 3, P + 2, "float32")
+        assert mem == pytest.approx(1e3 * nbytes / 0.01e9, abs=0.006)
+        assert math == pytest.approx(1e3 * flops / 0.05e9, abs=0.006)
+        assert floor == max(mem, math)
+        assert step > 0 and np.isfinite(step)
+    assert "read probe per round" in p.stdout and "the floors use the given --bandwidth" in p.stdout
 
 
 def test_bad_arguments_are_refused(tmp_path):
